@@ -1,0 +1,175 @@
+// Element and block-scale codecs: the one C++ definition of every format (docs/FORMATS.md).
+// The Python twin is torch-ext/fp4_gemm/reference.py; tests compare the two bit for bit.
+//
+//   E2M1  s.ee.m   0, 0.5, 1, 1.5, 2, 3, 4, 6 (+8 = negative)
+//   E4M3  s.eeee.mmm  max 448, 0x7F/0xFF = NaN
+//   E0M3  s.mmm    integers 0..7 (+8 = negative; -0 never produced)
+//   UE8M0 2^(b-127), 0xFF = NaN          (MX block scale)
+//   UE4M3 E4M3 with sign 0, 0x7F = NaN   (NVFP4 / E0M3 block scale)
+//
+// Rounding is to nearest, ties to the even code, saturating; the sign of a negative value that
+// rounds to zero is kept (E2M1 code 8, E4M3 0x80). Everything here is IEEE float32 with no
+// flush-to-zero: never build these with --use_fast_math.
+#pragma once
+
+#include <cuda_fp8.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+
+#include "csrc/common/types.h"
+
+namespace fp4_gemm {
+
+// 2^e as an exact float32 for e in [-127, 127] (2^-127 is subnormal).
+__host__ __device__ __forceinline__ float exp2i(int e) {
+  const uint32_t bits = e >= -126 ? uint32_t(e + 127) << 23 : 1u << (e + 149);
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(bits);
+#else
+  float value;
+  __builtin_memcpy(&value, &bits, sizeof(value));
+  return value;
+#endif
+}
+
+__host__ __device__ __forceinline__ uint32_t float_bits(float x) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(x);
+#else
+  uint32_t bits;
+  __builtin_memcpy(&bits, &x, sizeof(bits));
+  return bits;
+#endif
+}
+
+__host__ __device__ __forceinline__ uint8_t sign_nibble(float x) { return (float_bits(x) >> 31) ? 8 : 0; }
+
+// ---- E2M1 -------------------------------------------------------------------------------------
+
+// Midpoints between neighbouring codes; a tie goes to the even code, hence `>` above an even
+// code and `>=` above an odd one.
+__host__ __device__ __forceinline__ uint8_t e2m1_encode(float x) {
+  const float a = fabsf(x);
+  const uint8_t magnitude = uint8_t(a > 0.25f) + uint8_t(a >= 0.75f) + uint8_t(a > 1.25f) +
+                            uint8_t(a >= 1.75f) + uint8_t(a > 2.5f) + uint8_t(a >= 3.5f) + uint8_t(a > 5.0f);
+  return magnitude | sign_nibble(x);
+}
+
+__host__ __device__ __forceinline__ float e2m1_decode(uint8_t code) {
+  const uint8_t m = code & 7;
+  const float magnitude = m < 4 ? 0.5f * m : exp2i((m >> 1) - 1) * (1.0f + 0.5f * (m & 1));
+  return (code & 8) ? -magnitude : magnitude;
+}
+
+// ---- E4M3 -------------------------------------------------------------------------------------
+
+__host__ __device__ __forceinline__ uint8_t e4m3_encode(float x) {
+  return uint8_t(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+}
+
+__host__ __device__ __forceinline__ float e4m3_decode(uint8_t b) {
+  if ((b & 0x7F) == 0x7F) return NAN;
+  const int e = (b >> 3) & 0xF;
+  const int m = b & 7;
+  const float magnitude = e == 0 ? m * exp2i(-9) : (8 + m) * exp2i(e - 10);
+  return (b & 0x80) ? -magnitude : magnitude;
+}
+
+// ---- E0M3 -------------------------------------------------------------------------------------
+
+__host__ __device__ __forceinline__ uint8_t e0m3_encode(float x) {
+  const uint8_t magnitude = uint8_t(fminf(rintf(fabsf(x)), 7.0f));
+  return magnitude == 0 ? 0 : magnitude | sign_nibble(x);
+}
+
+__host__ __device__ __forceinline__ float e0m3_decode(uint8_t code) {
+  const float magnitude = float(code & 7);
+  return (code & 8) ? -magnitude : magnitude;
+}
+
+// ---- block scales -----------------------------------------------------------------------------
+
+__host__ __device__ __forceinline__ float ue8m0_decode(uint8_t b) { return b == 0xFF ? NAN : exp2i(int(b) - 127); }
+
+__host__ __device__ __forceinline__ float ue4m3_decode(uint8_t b) { return e4m3_decode(b); }
+
+// ---- block recipes ----------------------------------------------------------------------------
+// One recipe per quantization mode: block size, element codec and scale rule. `encode_block`
+// maps g float32 values to g element codes plus one scale byte.
+
+enum class ElementCodec { E4M3, E2M1, E0M3 };
+
+template <ElementCodec kCodec>
+__host__ __device__ __forceinline__ uint8_t encode_element(float x) {
+  if constexpr (kCodec == ElementCodec::E4M3) return e4m3_encode(x);
+  if constexpr (kCodec == ElementCodec::E2M1) return e2m1_encode(x);
+  if constexpr (kCodec == ElementCodec::E0M3) return e0m3_encode(x);
+}
+
+// MX (OCP microscaling) recipes: UE8M0 scale 2^s, s the smallest integer with amax <= qmax * 2^s,
+// clamped to [-127, 127]. With qmax = qm * 2^qe (1 <= qm < 2) and amax = m * 2^e:
+// s = e - qe + (m > qm), read off the float32 bits.
+template <int kGroupSize, ElementCodec kCodec, int kQmaxExponent, uint32_t kQmaxMantissaBits>
+struct MxRecipe {
+  static constexpr int kGroup = kGroupSize;
+  static constexpr ElementCodec kElement = kCodec;
+  static constexpr uint8_t kScaleNan = 0xFF;
+
+  __host__ __device__ static int scale_exponent(float amax) {
+    const uint32_t bits = float_bits(amax);
+    const int biased = int(bits >> 23);
+    if (biased == 0) return -127;  // zero or subnormal amax: any s below -127 clamps there
+    const int s = biased - 127 - kQmaxExponent + int((bits & 0x7FFFFF) > kQmaxMantissaBits);
+    return s < -127 ? -127 : (s > 127 ? 127 : s);
+  }
+
+  __host__ __device__ static uint8_t encode_block(const float* x, float amax, uint8_t* codes) {
+    const int s = scale_exponent(amax);
+    const float inv_scale = exp2i(-s);
+#pragma unroll
+    for (int i = 0; i < kGroup; ++i) codes[i] = encode_element<kCodec>(x[i] * inv_scale);
+    return uint8_t(s + 127);
+  }
+};
+
+using Mxfp8Recipe = MxRecipe<32, ElementCodec::E4M3, 8, 0x600000>;  // qmax 448 = 1.75 * 2^8
+using Mxfp4Recipe = MxRecipe<32, ElementCodec::E2M1, 2, 0x400000>;  // qmax 6 = 1.5 * 2^2
+
+// NVFP4: UE4M3 scale sf = rn_satfinite(amax / 6 * gs); elements E2M1(x * (gs / sf)).
+struct Nvfp4Recipe {
+  static constexpr int kGroup = 16;
+  static constexpr ElementCodec kElement = ElementCodec::E2M1;
+  static constexpr uint8_t kScaleNan = 0x7F;
+
+  __host__ __device__ static uint8_t encode_block(const float* x, float amax, uint8_t* codes,
+                                                  float global_scale = 1.0f) {
+    const uint8_t sf = e4m3_encode((amax / 6.0f) * global_scale);
+    const float factor = sf == 0 ? 0.0f : global_scale / ue4m3_decode(sf);
+#pragma unroll
+    for (int i = 0; i < kGroup; ++i) codes[i] = sf == 0 ? 0 : e2m1_encode(x[i] * factor);
+    return sf;
+  }
+};
+
+// Quantize one block: non-finite input gives the NaN scale and all-zero codes.
+template <class Traits>
+__host__ __device__ __forceinline__ uint8_t quantize_block(const float* x, uint8_t* codes) {
+  float amax = 0.0f;
+  bool finite = true;
+#pragma unroll
+  for (int i = 0; i < Traits::kGroup; ++i) {
+    const float a = fabsf(x[i]);
+    finite &= a <= FLT_MAX;  // false for NaN and Inf
+    amax = fmaxf(amax, a);
+  }
+  if (!finite) {
+#pragma unroll
+    for (int i = 0; i < Traits::kGroup; ++i) codes[i] = 0;
+    return Traits::kScaleNan;
+  }
+  return Traits::encode_block(x, amax, codes);
+}
+
+}  // namespace fp4_gemm

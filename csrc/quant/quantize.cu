@@ -1,0 +1,159 @@
+// Block quantization kernel: one thread per block of g elements, every recipe and layout.
+//
+// Threads walk the whole scale grid of the output (padding rows and columns of a swizzled buffer
+// included), so every scale byte is written: real blocks get their scale, padding gets 0. Reads
+// outside the input (a padded output) see zeros. Consecutive threads take consecutive blocks of a
+// row, so a warp reads one contiguous stretch of the row with 16-byte loads.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "csrc/common/formats.cuh"
+#include "csrc/common/launch.cuh"
+#include "csrc/quant/quantize.h"
+
+namespace fp4_gemm {
+namespace {
+
+constexpr int kThreads = 256;
+
+template <class T>
+struct QuantizeParams {
+  const T* input;
+  int64_t in_rows, in_cols;
+  int64_t out_rows, out_cols;
+  uint8_t* values;
+  uint8_t* scales;
+  int64_t nkb;
+  ScaleGrid grid;
+  bool vector_loads;   // input rows are 16-byte aligned
+  bool vector_stores;  // value rows are aligned to a whole block
+};
+
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+
+template <int G, class T>
+__device__ __forceinline__ void load_block(const QuantizeParams<T>& p, int64_t row, int64_t col0, float* x) {
+  const T* src = p.input + row * p.in_cols + col0;
+  if (p.vector_loads && row < p.in_rows && col0 + G <= p.in_cols) {
+#pragma unroll
+    for (int v = 0; v < G / 8; ++v) {
+      const uint4 chunk = __ldg(reinterpret_cast<const uint4*>(src) + v);
+      const T* halves = reinterpret_cast<const T*>(&chunk);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) x[v * 8 + i] = to_float(halves[i]);
+    }
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < G; ++i) x[i] = (row < p.in_rows && col0 + i < p.in_cols) ? to_float(src[i]) : 0.0f;
+}
+
+// Element codes as stored: one byte each for E4M3, two nibbles per byte (low = even element) else.
+template <ElementCodec kCodec, int G>
+struct StoredBlock {
+  static constexpr int kBytes = kCodec == ElementCodec::E4M3 ? G : G / 2;
+  alignas(16) uint8_t bytes[kBytes];
+
+  __device__ __forceinline__ explicit StoredBlock(const uint8_t* codes) {
+#pragma unroll
+    for (int i = 0; i < kBytes; ++i) {
+      bytes[i] = kCodec == ElementCodec::E4M3 ? codes[i] : uint8_t(codes[2 * i] | (codes[2 * i + 1] << 4));
+    }
+  }
+};
+
+template <class Block>
+__device__ __forceinline__ void store_block(uint8_t* dst, const Block& block, bool vector_store) {
+  if (vector_store) {
+    if constexpr (Block::kBytes % 16 == 0) {
+#pragma unroll
+      for (int v = 0; v < Block::kBytes / 16; ++v) {
+        reinterpret_cast<uint4*>(dst)[v] = reinterpret_cast<const uint4*>(block.bytes)[v];
+      }
+    } else {
+      static_assert(Block::kBytes == 8, "a block is 8, 16 or 32 bytes");
+      *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(block.bytes);
+    }
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < Block::kBytes; ++i) dst[i] = block.bytes[i];
+}
+
+template <class Traits, class T, ScaleLayout kLayout>
+__global__ void __launch_bounds__(kThreads) quantize_kernel(const QuantizeParams<T> p) {
+  griddep_wait();
+  griddep_launch_dependents();
+  constexpr int G = Traits::kGroup;
+  using Block = StoredBlock<Traits::kElement, G>;
+
+  const int64_t index = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (index >= p.grid.rows * p.grid.cols) return;
+  const int64_t row = index / p.grid.cols;
+  const int64_t kb = index % p.grid.cols;
+
+  uint8_t scale = 0;
+  if (row < p.out_rows && kb < p.nkb) {
+    float x[G];
+    uint8_t codes[G];
+    load_block<G>(p, row, kb * G, x);
+    scale = quantize_block<Traits>(x, codes);
+    const int64_t row_bytes = p.out_cols / G * Block::kBytes;
+    store_block(p.values + row * row_bytes + kb * Block::kBytes, Block(codes), p.vector_stores);
+  }
+  p.scales[scale_index(kLayout, row, kb, p.nkb)] = scale;
+}
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+template <class Traits, class T, ScaleLayout kLayout>
+void launch(const QuantizeProblem& problem, cudaStream_t stream) {
+  constexpr int G = Traits::kGroup;
+  constexpr int kBlockBytes = StoredBlock<Traits::kElement, G>::kBytes;
+  QuantizeParams<T> p;
+  p.input = static_cast<const T*>(problem.input);
+  p.in_rows = problem.in_rows;
+  p.in_cols = problem.in_cols;
+  p.out_rows = problem.out_rows;
+  p.out_cols = problem.out_cols;
+  p.values = static_cast<uint8_t*>(problem.values);
+  p.scales = problem.scales;
+  p.nkb = problem.out_cols / G;
+  p.grid = scale_grid(kLayout, problem.out_rows, p.nkb);
+  p.vector_loads = aligned16(problem.input) && (problem.in_cols * sizeof(T)) % 16 == 0;
+  p.vector_stores = reinterpret_cast<uintptr_t>(problem.values) % (kBlockBytes < 16 ? kBlockBytes : 16) == 0;
+
+  const int64_t threads = p.grid.rows * p.grid.cols;
+  if (threads == 0) return;
+  const dim3 grid(unsigned(ceil_div(threads, kThreads)));
+  launch_kernel(quantize_kernel<Traits, T, kLayout>, grid, dim3(kThreads), 0, stream, problem.pdl, p);
+}
+
+template <class Traits>
+void dispatch_types(const QuantizeProblem& problem, cudaStream_t stream) {
+  const bool swizzled = problem.layout == ScaleLayout::Swizzled;
+  if (problem.input_type == HalfType::Bf16) {
+    swizzled ? launch<Traits, __nv_bfloat16, ScaleLayout::Swizzled>(problem, stream)
+             : launch<Traits, __nv_bfloat16, ScaleLayout::Plain>(problem, stream);
+  } else {
+    swizzled ? launch<Traits, __half, ScaleLayout::Swizzled>(problem, stream)
+             : launch<Traits, __half, ScaleLayout::Plain>(problem, stream);
+  }
+}
+
+}  // namespace
+
+void quantize(const QuantizeProblem& problem, cudaStream_t stream) {
+  switch (problem.recipe) {
+    case Recipe::Mxfp8:
+      return dispatch_types<Mxfp8Recipe>(problem, stream);
+    case Recipe::Mxfp4:
+      return dispatch_types<Mxfp4Recipe>(problem, stream);
+    case Recipe::Nvfp4:
+      return dispatch_types<Nvfp4Recipe>(problem, stream);
+  }
+  throw std::invalid_argument("fp4_gemm::quantize: unknown recipe");
+}
+
+}  // namespace fp4_gemm

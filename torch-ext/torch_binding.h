@@ -1,0 +1,13 @@
+// CUDA implementations of the registered ops. Rules are checked in Python (_validate.py) before
+// any call; the TORCH_CHECKs here are a last guard for callers that bypass the Python layer.
+#pragma once
+
+#include <ATen/Tensor.h>
+
+#include <string_view>
+#include <vector>
+
+void quantize_cuda(const at::Tensor& input, std::string_view recipe, bool swizzle, bool pdl, at::Tensor& values,
+                   at::Tensor& scales);
+
+std::vector<int64_t> gemm_backend_archs();
