@@ -8,6 +8,8 @@ check and return nothing).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -17,13 +19,13 @@ from ._ops import add_op_namespace_prefix
 FORMATS = {fmt.name: fmt for fmt in reference.MODES.values()}
 
 
-def _register_cpu(name: str, fn) -> None:
+def _register_cpu(name: str, fn: Callable[..., None]) -> None:
     qualname = add_op_namespace_prefix(name)
     if not torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "CPU"):
         torch.library.impl(qualname, "CPU")(fn)
 
 
-def _register_fake(name: str, fn) -> None:
+def _register_fake(name: str, fn: Callable[..., None]) -> None:
     qualname = add_op_namespace_prefix(name)
     if torch._library.simple_registry.singleton.find(qualname).fake_impl.kernel is None:
         torch.library.register_fake(qualname)(fn)

@@ -1,0 +1,149 @@
+"""build.toml, flake.nix, the local build tool and the built variant agree with each other and HUB.md."""
+
+from __future__ import annotations
+
+import filecmp
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, build_config, variant_dir, variant_metadata
+
+pytestmark = pytest.mark.kernels_ci
+
+ARCH_SECTIONS = {
+    "common": ["9.0a", "10.0a", "11.0a", "12.0a"],
+    "sm90": ["9.0a"],
+    "sm100": ["10.0a"],
+    "sm110": ["11.0a"],
+    "sm120": ["12.0a"],
+}
+
+
+def load_build_tool():
+    spec = importlib.util.spec_from_file_location("fp4_gemm_build_tool", ROOT / "tools" / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def all_capabilities(config: dict) -> set[str]:
+    return {c for kernel in config["kernel"].values() for c in kernel["cuda-capabilities"]}
+
+
+def test_build_toml_general_follows_hub_conventions():
+    general = build_config()["general"]
+    assert general["name"] == "fp4-gemm" and general["version"] == 1 and general["edition"] == 5
+    assert general["license"] == "Apache-2.0" and general["backends"] == ["cuda"]
+    assert general["cuda"]["minver"] == "12.8"
+    assert general["hub"]["repo-id"] == "org/fp4-gemm"
+
+
+def test_build_toml_has_one_section_per_arch_family():
+    kernels = build_config()["kernel"]
+    assert {name: k["cuda-capabilities"] for name, k in kernels.items()} == ARCH_SECTIONS
+    assert kernels["sm110"]["cuda-minver"] == "13.0"
+    assert all(k["backend"] == "cuda" for k in kernels.values())
+
+
+def test_build_toml_capabilities_are_arch_specific():
+    assert all(c.endswith("a") for c in all_capabilities(build_config()))
+
+
+def test_build_toml_sources_exist_and_appear_once():
+    config = build_config()
+    sources = list(config["torch"]["src"]) + [s for k in config["kernel"].values() for s in k["src"]]
+    assert [s for s in sources if not (ROOT / s).is_file()] == []
+    assert len(sources) == len(set(sources))
+
+
+def test_every_csrc_file_is_listed_in_build_toml():
+    config = build_config()
+    listed = {s for k in config["kernel"].values() for s in k["src"]}
+    on_disk = {str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*") if p.is_file()}
+    assert on_disk - listed == set()
+
+
+def test_flake_uses_kernel_builder_on_this_directory():
+    flake = (ROOT / "flake.nix").read_text()
+    assert 'kernel-builder.url = "github:huggingface/kernels"' in flake
+    assert "kernel-builder.lib.genKernelFlakeOutputs" in flake
+    assert re.search(r"path\s*=\s*\./\.;", flake)
+
+
+def test_build_tool_default_builds_every_arch():
+    tool = load_build_tool()
+    config = build_config()
+    sections = tool.load_sections(config, None, (13, 0))
+    assert {c for s in sections for c in s.capabilities} == all_capabilities(config)
+
+
+def test_build_tool_skips_sections_newer_than_the_toolkit():
+    tool = load_build_tool()
+    names = [s.name for s in tool.load_sections(build_config(), None, (12, 8))]
+    assert "sm110" not in names and "common" in names
+
+
+def test_build_tool_archs_subset_keeps_matching_sections_only():
+    tool = load_build_tool()
+    sections = tool.load_sections(build_config(), {"9.0a"}, (13, 0))
+    assert {s.name: s.capabilities for s in sections} == {"common": ("9.0a",), "sm90": ("9.0a",)}
+
+
+def test_variant_layout_matches_hub():
+    variant = variant_dir()
+    assert re.fullmatch(r"torch\d\d+-cxx11-cu\d+-x86_64-linux", variant.name)
+    meta = variant_metadata()
+    for name in ("__init__.py", "_ops.py", "metadata.json", f"{meta['id']}.abi3.so", "fp4_gemm/__init__.py"):
+        assert (variant / name).is_file(), name
+    for source in (ROOT / "torch-ext" / "fp4_gemm").glob("*.py"):
+        assert filecmp.cmp(source, variant / source.name, shallow=False), source.name
+
+
+def test_variant_metadata_matches_build_toml():
+    meta, general = variant_metadata(), build_config()["general"]
+    assert meta["name"] == general["name"] and meta["version"] == general["version"]
+    assert meta["license"] == general["license"] and meta["python-depends"] == []
+    assert meta["backend"]["type"] == "cuda"
+    assert set(meta["backend"]["archs"]) <= all_capabilities(build_config())
+
+
+def binutil(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.skip(f"{name} (binutils) is not installed")
+    return path
+
+
+def test_variant_library_is_abi3():
+    meta = variant_metadata()
+    library = variant_dir() / f"{meta['id']}.abi3.so"
+    dynamic = subprocess.run([binutil("readelf"), "-d", str(library)], capture_output=True, text=True).stdout
+    assert "libpython" not in dynamic
+    nm = [binutil("nm"), "-D", "--defined-only", str(library)]
+    symbols = subprocess.run(nm, capture_output=True, text=True).stdout
+    assert f"PyInit_{meta['id']}" in symbols
+
+
+def cuobjdump() -> str:
+    candidates = [shutil.which("cuobjdump")]
+    for site in (Path(p) for p in sys.path if p.endswith("site-packages")):
+        candidates.append(site / "nvidia" / "cu13" / "bin" / "cuobjdump")
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file():
+            return str(candidate)
+    pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump)")
+
+
+def test_variant_library_has_a_cubin_for_every_built_arch():
+    meta = variant_metadata()
+    library = variant_dir() / f"{meta['id']}.abi3.so"
+    listing = subprocess.run([cuobjdump(), "--list-elf", str(library)], capture_output=True, text=True, check=True)
+    cubin_archs = set(re.findall(r"\.sm_(\d+a?)\.cubin", listing.stdout))
+    expected = {c.replace(".", "") for c in meta["backend"]["archs"]}
+    assert expected <= cubin_archs, listing.stdout

@@ -1,0 +1,52 @@
+"""The variant loads through both kernels-client entry points, as consumers load it."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO_ID, ROOT, variant_metadata
+
+pytestmark = pytest.mark.kernels_ci
+
+
+def test_get_local_kernel_loads_the_variant(fp4):
+    assert fp4.__all__ and all(callable(getattr(fp4, name)) for name in fp4.__all__)
+    assert "group_wise_quant" in fp4.__all__
+
+
+def test_get_kernel_with_local_override_gives_the_same_module(fp4, monkeypatch):
+    from kernels import get_kernel
+
+    monkeypatch.setenv("LOCAL_KERNELS", f"{REPO_ID}={ROOT}")
+    assert get_kernel(REPO_ID, version=1, trust_remote_code=True) is fp4
+
+
+def test_get_kernel_loads_in_a_fresh_interpreter():
+    code = (
+        "from kernels import get_kernel\n"
+        f"ops = get_kernel({REPO_ID!r}, version=1, trust_remote_code=True)\n"
+        "import torch\n"
+        "q, sf = ops.group_wise_quant(torch.ones(1, 32, dtype=torch.bfloat16), 'w4a4-nvfp4')\n"
+        "print(sf.flatten()[0].item())\n"
+    )
+    env = dict(os.environ, LOCAL_KERNELS=f"{REPO_ID}={ROOT}", HF_HUB_OFFLINE="1")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-1] == str(0x23)  # e4m3(1 / 6) = 0.1640625
+
+
+def test_ops_namespace_is_unique_per_build(fp4):
+    namespace = fp4.ops.name
+    assert re.fullmatch(r"_fp4_gemm_[0-9a-f]{10}", namespace), namespace
+    assert variant_metadata()["id"] == namespace
+
+
+def test_quantize_op_has_its_full_schema(fp4):
+    schema = str(fp4.ops.quantize.default._schema)
+    assert schema.endswith(
+        "::quantize(Tensor input, str recipe, bool swizzle, bool pdl, Tensor(a!) values, Tensor(b!) scales) -> ()"
+    ), schema
