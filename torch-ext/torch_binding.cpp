@@ -21,10 +21,10 @@ fp4_gemm::Recipe parse_recipe(std::string_view recipe) {
   TORCH_CHECK(false, "fp4_gemm: unknown quantization recipe '", recipe, "'");
 }
 
-fp4_gemm::HalfType half_type(const at::Tensor& t) {
+fp4_gemm::FloatType half_type(const at::Tensor& t) {
   TORCH_CHECK(t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf,
               "fp4_gemm: expected a bfloat16 or float16 tensor, got ", t.scalar_type());
-  return t.scalar_type() == at::kBFloat16 ? fp4_gemm::HalfType::Bf16 : fp4_gemm::HalfType::Fp16;
+  return t.scalar_type() == at::kBFloat16 ? fp4_gemm::FloatType::Bf16 : fp4_gemm::FloatType::Fp16;
 }
 
 }  // namespace

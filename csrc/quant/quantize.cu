@@ -133,7 +133,7 @@ void launch(const QuantizeProblem& problem, cudaStream_t stream) {
 template <class Traits>
 void dispatch_types(const QuantizeProblem& problem, cudaStream_t stream) {
   const bool swizzled = problem.layout == ScaleLayout::Swizzled;
-  if (problem.input_type == HalfType::Bf16) {
+  if (problem.input_type == FloatType::Bf16) {
     swizzled ? launch<Traits, __nv_bfloat16, ScaleLayout::Swizzled>(problem, stream)
              : launch<Traits, __nv_bfloat16, ScaleLayout::Plain>(problem, stream);
   } else {

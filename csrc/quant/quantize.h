@@ -13,7 +13,7 @@ namespace fp4_gemm {
 
 struct QuantizeProblem {
   const void* input;  // [in_rows, in_cols] row-major, contiguous
-  HalfType input_type;
+  FloatType input_type;
   int64_t in_rows;
   int64_t in_cols;
   // The output may be larger than the input (zero padding done here, by bounded reads).
