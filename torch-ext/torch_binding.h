@@ -10,4 +10,7 @@
 void quantize_cuda(const at::Tensor& input, std::string_view recipe, bool swizzle, bool pdl, at::Tensor& values,
                    at::Tensor& scales);
 
+void dequantize_cuda(const at::Tensor& values, const at::Tensor& scales, std::string_view recipe, bool swizzle,
+                     at::Tensor& out);
+
 std::vector<int64_t> gemm_backend_archs();

@@ -46,6 +46,37 @@ __host__ __device__ __forceinline__ uint32_t float_bits(float x) {
 
 __host__ __device__ __forceinline__ uint8_t sign_nibble(float x) { return (float_bits(x) >> 31) ? 8 : 0; }
 
+// ---- float32 arithmetic in a fixed order ---------------------------------------------------------
+// Where the contract fixes the rounding of every step (the MSE error sums), a product must not be
+// fused with the next add into an FMA. nvcc never contracts the _rn intrinsics; host compilers may
+// contract plain operators across statements (GCC does, on FMA targets), and cannot through a
+// volatile, so the host product is rounded by storing it.
+
+__host__ __device__ __forceinline__ float mul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  const volatile float product = a * b;
+  return product;
+#endif
+}
+
+__host__ __device__ __forceinline__ float add_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+__host__ __device__ __forceinline__ float sub_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+
 // ---- E2M1 -------------------------------------------------------------------------------------
 
 // Midpoints between neighbouring codes; a tie goes to the even code, hence `>` above an even
@@ -97,7 +128,8 @@ __host__ __device__ __forceinline__ float ue4m3_decode(uint8_t b) { return e4m3_
 
 // ---- block recipes ----------------------------------------------------------------------------
 // One recipe per quantization mode: block size, element codec and scale rule. `encode_block`
-// maps g float32 values to g element codes plus one scale byte.
+// maps g float32 values to g element codes plus one scale byte; `decode_scale` gives a scale
+// byte's value (dequantization).
 
 enum class ElementCodec { E4M3, E2M1, E0M3 };
 
@@ -108,6 +140,13 @@ __host__ __device__ __forceinline__ uint8_t encode_element(float x) {
   if constexpr (kCodec == ElementCodec::E0M3) return e0m3_encode(x);
 }
 
+template <ElementCodec kCodec>
+__host__ __device__ __forceinline__ float decode_element(uint8_t code) {
+  if constexpr (kCodec == ElementCodec::E4M3) return e4m3_decode(code);
+  if constexpr (kCodec == ElementCodec::E2M1) return e2m1_decode(code);
+  if constexpr (kCodec == ElementCodec::E0M3) return e0m3_decode(code);
+}
+
 // MX (OCP microscaling) recipes: UE8M0 scale 2^s, s the smallest integer with amax <= qmax * 2^s,
 // clamped to [-127, 127]. With qmax = qm * 2^qe (1 <= qm < 2) and amax = m * 2^e:
 // s = e - qe + (m > qm), read off the float32 bits.
@@ -116,6 +155,8 @@ struct MxRecipe {
   static constexpr int kGroup = kGroupSize;
   static constexpr ElementCodec kElement = kCodec;
   static constexpr uint8_t kScaleNan = 0xFF;
+
+  __host__ __device__ static float decode_scale(uint8_t b) { return ue8m0_decode(b); }
 
   __host__ __device__ static int scale_exponent(float amax) {
     const uint32_t bits = float_bits(amax);
@@ -137,19 +178,80 @@ struct MxRecipe {
 using Mxfp8Recipe = MxRecipe<32, ElementCodec::E4M3, 8, 0x600000>;  // qmax 448 = 1.75 * 2^8
 using Mxfp4Recipe = MxRecipe<32, ElementCodec::E2M1, 2, 0x400000>;  // qmax 6 = 1.5 * 2^2
 
-// NVFP4: UE4M3 scale sf = rn_satfinite(amax / 6 * gs); elements E2M1(x * (gs / sf)).
-struct Nvfp4Recipe {
+// UE4M3-scaled recipes (NVFP4: E2M1 elements, qmax 6; E0M3: integer elements, qmax 7):
+// sf = rn_satfinite(amax / qmax); if sf == 0 every code is 0, else element i = codec(x_i * f) with
+// f = 1 / sf (float32 division once per block). The package has no global scale (gs = 1).
+template <ElementCodec kCodec, int kQmax>
+struct Ue4m3Recipe {
   static constexpr int kGroup = 16;
-  static constexpr ElementCodec kElement = ElementCodec::E2M1;
+  static constexpr ElementCodec kElement = kCodec;
   static constexpr uint8_t kScaleNan = 0x7F;
 
-  __host__ __device__ static uint8_t encode_block(const float* x, float amax, uint8_t* codes,
-                                                  float global_scale = 1.0f) {
-    const uint8_t sf = e4m3_encode((amax / 6.0f) * global_scale);
-    const float factor = sf == 0 ? 0.0f : global_scale / ue4m3_decode(sf);
+  __host__ __device__ static float decode_scale(uint8_t b) { return ue4m3_decode(b); }
+
+  __host__ __device__ static uint8_t scale_code(float amax) { return e4m3_encode(amax / float(kQmax)); }
+
+  __host__ __device__ static void encode_elements(const float* x, uint8_t sf, uint8_t* codes) {
+    const float factor = sf == 0 ? 0.0f : 1.0f / ue4m3_decode(sf);
 #pragma unroll
-    for (int i = 0; i < kGroup; ++i) codes[i] = sf == 0 ? 0 : e2m1_encode(x[i] * factor);
+    for (int i = 0; i < kGroup; ++i) codes[i] = sf == 0 ? 0 : encode_element<kCodec>(x[i] * factor);
+  }
+
+  __host__ __device__ static uint8_t encode_block(const float* x, float amax, uint8_t* codes) {
+    const uint8_t sf = scale_code(amax);
+    encode_elements(x, sf, codes);
     return sf;
+  }
+};
+
+using Nvfp4Recipe = Ue4m3Recipe<ElementCodec::E2M1, 6>;
+using E0m3Recipe = Ue4m3Recipe<ElementCodec::E0M3, 7>;
+
+// NVFP4 with a least-squares block scale (stored exactly like NVFP4). Candidates are the UE4M3
+// codes c, c-1, c+1, c-2, c+2 around the RTN code c of Nvfp4Recipe, tried in that order, skipping
+// codes outside [1, 126] (0 zeroes the block, 127 is NaN). Each is scored by the float32 sum, in
+// element order, of (x_i - v_i)^2 with v_i = e2m1(x_i / sf) * sf (exact); a candidate replaces the
+// best only with a strictly smaller sum, so ties keep the earlier one, RTN first, and no block's
+// error exceeds NVFP4's. c == 0 gives NVFP4's all-zero block.
+struct Nvfp4MseRecipe {
+  static constexpr int kGroup = Nvfp4Recipe::kGroup;
+  static constexpr ElementCodec kElement = Nvfp4Recipe::kElement;
+  static constexpr uint8_t kScaleNan = Nvfp4Recipe::kScaleNan;
+  static constexpr int kLargestScale = 0x7E;  // 448
+
+  __host__ __device__ static float squared_error(const float* x, uint8_t sf) {
+    uint8_t codes[kGroup];
+    Nvfp4Recipe::encode_elements(x, sf, codes);
+    const float scale = ue4m3_decode(sf);
+    float error = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kGroup; ++i) {
+      const float d = sub_rn(x[i], mul_rn(e2m1_decode(codes[i]), scale));
+      error = add_rn(error, mul_rn(d, d));
+    }
+    return error;
+  }
+
+  __host__ __device__ static uint8_t encode_block(const float* x, float amax, uint8_t* codes) {
+    const uint8_t rtn = Nvfp4Recipe::scale_code(amax);
+    uint8_t best = rtn;
+    if (rtn != 0) {
+      // The first candidate, c, is always in range (a finite amax saturates at 448).
+      constexpr int kOffsets[] = {-1, 1, -2, 2};
+      float best_error = squared_error(x, rtn);
+#pragma unroll
+      for (const int offset : kOffsets) {
+        const int sf = rtn + offset;
+        if (sf < 1 || sf > kLargestScale) continue;
+        const float error = squared_error(x, uint8_t(sf));
+        if (error < best_error) {
+          best = uint8_t(sf);
+          best_error = error;
+        }
+      }
+    }
+    Nvfp4Recipe::encode_elements(x, best, codes);
+    return best;
   }
 };
 

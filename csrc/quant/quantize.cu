@@ -152,6 +152,10 @@ void quantize(const QuantizeProblem& problem, cudaStream_t stream) {
       return dispatch_types<Mxfp4Recipe>(problem, stream);
     case Recipe::Nvfp4:
       return dispatch_types<Nvfp4Recipe>(problem, stream);
+    case Recipe::Nvfp4Mse:
+      return dispatch_types<Nvfp4MseRecipe>(problem, stream);
+    case Recipe::E0m3:
+      return dispatch_types<E0m3Recipe>(problem, stream);
   }
   throw std::invalid_argument("fp4_gemm::quantize: unknown recipe");
 }

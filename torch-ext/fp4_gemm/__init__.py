@@ -1,63 +1,103 @@
-"""fp4-gemm: block-scaled FP8/FP4 GEMMs and quantizers for Hopper and Blackwell (MXFP8, MXFP4, NVFP4).
+"""fp4-gemm: block-scaled FP8/FP4 quantizers and GEMMs (MXFP8, MXFP4, NVFP4, E0M3).
 
 Load it as a kernels-hub package::
 
     from kernels import get_kernel
-    ops = get_kernel("org/fp4-gemm", version=1, trust_remote_code=True)
+    fp4 = get_kernel("org/fp4-gemm", version=1, trust_remote_code=True)
 
-Every function runs on CUDA tensors (native kernels where capabilities() says so) and on CPU
-tensors (the exact reference in `reference.py`). The numeric contract is docs/FORMATS.md.
+Two API families over one implementation: the halops-style functions (_halops.py) and the
+flashrt-style NVFP4 functions (_nvfp4.py). Every function takes CPU tensors (the exact reference)
+or CUDA tensors (native kernels where capabilities() says so, else the reference on the GPU).
+The numeric contract is docs/FORMATS.md; reference.py implements it.
 """
 
-from __future__ import annotations
+from . import _registry, reference  # noqa: F401  (_registry registers the ops' implementations)
+from ._capabilities import capabilities, sfa_size_bytes
+from ._halops import (
+    batch_gemm,
+    dense_gemm,
+    fused_swiglu_quant,
+    group_contiguous_gemm,
+    group_masked_gemm,
+    group_wise_quant,
+    prefill_permute_to_masked_gemm,
+)
+from ._nvfp4 import (
+    cutlass_fp4_gemm_geglu_il_hw_v10,
+    dequantize_fp4_sfa_fp16,
+    e0m3_weight_gemm_fp16,
+    fp4_repack_b_interleaved_sm120,
+    fp4_w4a4_gemm_warpsplit_mrows_bf16,
+    fp4_w4a4_gemv_warpsplit_interleaved_bf16,
+    fp4_w4a16_linear_bf16,
+    nvfp4_gemm_bf16,
+    nvfp4_gemm_bias_bf16,
+    nvfp4_gemm_bias_gelu_bf16,
+    nvfp4_gemm_bias_gelu_nvfp4,
+    nvfp4_gemm_bias_gelu_nvfp4_fp16,
+    nvfp4_gemm_bias_residual_bf16,
+    nvfp4_gemm_bias_residual_fp16,
+    nvfp4_gemm_fp16,
+    nvfp4_gemm_geglu_nvfp4_fp16,
+    nvfp4_gemm_m256_bf16,
+    nvfp4_gemm_m256_workspace_size,
+    nvfp4_gemm_nvfp4,
+    nvfp4_gemm_relu2_nvfp4,
+    nvfp4_gemm_residual_bf16,
+    nvfp4_gemm_streamk_bf16,
+    nvfp4_gemm_streamk_bias_bf16,
+    nvfp4_gemm_variant_bf16,
+    pack_nvfp4_weight_bf16,
+    quantize_e0m3_sfa_fp16,
+    quantize_fp4_sfa_bf16,
+    quantize_fp4_sfa_fp16,
+    quantize_fp4_sfa_mse_bf16,
+    quantize_fp4_sfa_mse_fp16,
+    quantize_fp4_sfa_padded_bf16,
+)
+from ._ops import ops  # noqa: F401
 
-import torch
-
-from . import _registry, _validate, reference  # noqa: F401  (_registry registers CPU and fake impls)
-from ._ops import ops
-
-__all__ = ["group_wise_quant"]
-
-
-def group_wise_quant(
-    input: torch.Tensor, mode: str = "w8a8-mxfp8", use_swizzle: bool = True, use_pdl: bool = True
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Quantize a bf16/fp16 matrix block by block along K.
-
-    Parameters
-    ----------
-    input : torch.Tensor
-        [m, k] bfloat16 or float16, contiguous, CPU or CUDA. k is a multiple of the mode's block
-        size (32 for w8a8-mxfp8 and w4a4-mxfp4, 16 for w4a4-nvfp4).
-    mode : str
-        "w8a8-mxfp8" (E4M3 values, UE8M0 scale per 32), "w4a4-mxfp4" (E2M1, UE8M0 per 32) or
-        "w4a4-nvfp4" (E2M1, UE4M3 per 16).
-    use_swizzle : bool
-        True: scales in the CUTLASS SfAtom layout every GEMM consumes, shown as uint8
-        [ceil(m/128)*128, ceil(k/g/4)*4] (padding bytes are 0; address it only through
-        sf_offset). False: plain row-major uint8 [m, k/g].
-    use_pdl : bool
-        Launch with programmatic dependent launch (CUDA only; no numeric effect).
-
-    Returns
-    -------
-    (values, scales)
-        values: float8_e4m3fn [m, k] (mxfp8) or uint8 [m, k/2] packed E2M1 (element 2i in the
-        low nibble). scales: uint8, layout as above.
-
-    Raises
-    ------
-    ValueError
-        Unknown mode, wrong dtype/rank/device, non-contiguous input, k not a multiple of the block.
-    """
-    fmt = _validate.group_wise_quant(input, mode)
-    rows, cols = input.shape
-    nkb = cols // fmt.group
-    if fmt.element_bits == 8:
-        values = torch.empty(rows, cols, dtype=torch.float8_e4m3fn, device=input.device)
-    else:
-        values = torch.empty(rows, cols // 2, dtype=torch.uint8, device=input.device)
-    scale_shape = reference.swizzled_scale_shape(rows, nkb) if use_swizzle else (rows, nkb)
-    scales = torch.empty(scale_shape, dtype=torch.uint8, device=input.device)
-    ops.quantize(input, fmt.name, use_swizzle, use_pdl, values, scales)
-    return values, scales
+__all__ = [
+    # halops-style family
+    "group_wise_quant",
+    "dense_gemm",
+    "batch_gemm",
+    "group_contiguous_gemm",
+    "group_masked_gemm",
+    "fused_swiglu_quant",
+    "prefill_permute_to_masked_gemm",
+    # flashrt-style NVFP4 family
+    "sfa_size_bytes",
+    "capabilities",
+    "quantize_fp4_sfa_fp16",
+    "quantize_fp4_sfa_bf16",
+    "quantize_fp4_sfa_mse_fp16",
+    "quantize_fp4_sfa_mse_bf16",
+    "quantize_fp4_sfa_padded_bf16",
+    "pack_nvfp4_weight_bf16",
+    "quantize_e0m3_sfa_fp16",
+    "dequantize_fp4_sfa_fp16",
+    "nvfp4_gemm_bf16",
+    "nvfp4_gemm_fp16",
+    "nvfp4_gemm_variant_bf16",
+    "nvfp4_gemm_nvfp4",
+    "nvfp4_gemm_geglu_nvfp4_fp16",
+    "cutlass_fp4_gemm_geglu_il_hw_v10",
+    "nvfp4_gemm_bias_gelu_nvfp4_fp16",
+    "nvfp4_gemm_bias_residual_fp16",
+    "nvfp4_gemm_bias_bf16",
+    "nvfp4_gemm_bias_residual_bf16",
+    "nvfp4_gemm_residual_bf16",
+    "nvfp4_gemm_bias_gelu_bf16",
+    "nvfp4_gemm_bias_gelu_nvfp4",
+    "nvfp4_gemm_streamk_bf16",
+    "nvfp4_gemm_streamk_bias_bf16",
+    "fp4_w4a16_linear_bf16",
+    "fp4_repack_b_interleaved_sm120",
+    "fp4_w4a4_gemv_warpsplit_interleaved_bf16",
+    "fp4_w4a4_gemm_warpsplit_mrows_bf16",
+    "nvfp4_gemm_m256_workspace_size",
+    "nvfp4_gemm_m256_bf16",
+    "e0m3_weight_gemm_fp16",
+    "nvfp4_gemm_relu2_nvfp4",
+]

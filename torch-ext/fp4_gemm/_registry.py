@@ -1,9 +1,10 @@
-"""CPU (reference) and fake implementations of the registered ops.
+"""CPU, CUDA-fallback and fake implementations of the registered ops.
 
-The schemas and the CUDA implementations live in torch_binding.cpp. Here every op gets its CPU
-implementation, which is the reference, and its fake implementation, which gives torch.compile and
-FakeTensor tracing the output metadata (the ops write caller-allocated outputs, so the fakes only
-check and return nothing).
+The schemas, and the CUDA implementations that have native kernels, live in torch_binding.cpp.
+Here every op gets its CPU implementation (the reference, `reference.*_into`), its fake
+implementation (output metadata for torch.compile and FakeTensor tracing: the ops write
+caller-allocated outputs, so the fakes return nothing), and, when the extension has no CUDA kernel
+for it, the reference as its CUDA implementation (exact, slow; capabilities() says "reference").
 """
 
 from __future__ import annotations
@@ -11,43 +12,38 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 
 from . import reference
-from ._ops import add_op_namespace_prefix
+from ._ops import add_op_namespace_prefix, ops
 
-FORMATS = {fmt.name: fmt for fmt in reference.MODES.values()}
-
-
-def _register_cpu(name: str, fn: Callable[..., None]) -> None:
-    qualname = add_op_namespace_prefix(name)
-    if not torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "CPU"):
-        torch.library.impl(qualname, "CPU")(fn)
-
-
-def _register_fake(name: str, fn: Callable[..., None]) -> None:
-    qualname = add_op_namespace_prefix(name)
-    if torch._library.simple_registry.singleton.find(qualname).fake_impl.kernel is None:
-        torch.library.register_fake(qualname)(fn)
+# registered op -> its reference implementation
+REFERENCE_IMPLS: dict[str, Callable[..., None]] = {
+    "quantize": reference.quantize_into,
+    "dequantize": reference.dequantize_into,
+    "gemm": reference.gemm_into,
+    "swiglu_quant": reference.swiglu_quant_into,
+    "permute_to_masked": reference.permute_into,
+    "repack": reference.repack_into,
+}
 
 
-def _quantize_reference(
-    input: torch.Tensor, recipe: str, swizzle: bool, pdl: bool, values: torch.Tensor, scales: torch.Tensor
-) -> None:
-    fmt = FORMATS[recipe]
-    out_rows = values.shape[0]
-    out_cols = values.shape[1] * (8 // fmt.element_bits)
-    padded = F.pad(input.float(), (0, out_cols - input.shape[1], 0, out_rows - input.shape[0]))
-    stored, stored_scales = reference.quantize(padded, fmt, swizzle)
-    values.copy_(stored)
-    scales.copy_(stored_scales.reshape(scales.shape))
+NATIVE_CUDA_OPS = frozenset(ops.native_cuda_ops())
 
 
-def _quantize_fake(
-    input: torch.Tensor, recipe: str, swizzle: bool, pdl: bool, values: torch.Tensor, scales: torch.Tensor
-) -> None:
+def _no_outputs(*args: object) -> None:
     return None
 
 
-_register_cpu("quantize", _quantize_reference)
-_register_fake("quantize", _quantize_fake)
+def _register(op: str, impl: Callable[..., None]) -> None:
+    """Registers the CPU and fake implementations, and the reference as the CUDA implementation when
+    the extension has no CUDA kernel. Idempotent: loading the package twice in one process is harmless."""
+    qualname = add_op_namespace_prefix(op)
+    for key in ("CPU",) if op in NATIVE_CUDA_OPS else ("CPU", "CUDA"):
+        if not torch._C._dispatch_has_kernel_for_dispatch_key(qualname, key):
+            torch.library.impl(qualname, key)(impl)
+    if torch._library.simple_registry.singleton.find(qualname).fake_impl.kernel is None:
+        torch.library.register_fake(qualname)(_no_outputs)
+
+
+for _op, _impl in REFERENCE_IMPLS.items():
+    _register(_op, _impl)

@@ -1,11 +1,18 @@
 """Every rule of the public API, checked before any launch.
 
-A broken rule raises ValueError whose message states the rule, so a caller can fix the call
-without reading the source. The kernels' own TORCH_CHECKs are only a last guard behind this module.
+A broken rule raises ValueError whose message states the rule, so a caller can fix the call without
+reading the source. The kernels' TORCH_CHECKs are only a last guard behind this module.
+
+Rules on device-side data (expert ids, valid counts, routing) are checked here when that data is on
+the CPU. On a GPU, checking would need a host synchronization in the hot path, so the kernels clamp
+or skip instead (never reading or writing out of bounds); with FP4_GEMM_DEBUG=1 in the environment
+the data is copied to the host and checked before the launch.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from typing import NoReturn
 
 import torch
@@ -14,25 +21,55 @@ from . import reference
 from .reference import BlockFormat
 
 HALF_DTYPES = (torch.bfloat16, torch.float16)
+BIAS_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+SKINNY_WARPS = (2, 4, 8)
+MAX_STAGES = 8
+MROWS_MAX_M = 16
+M256_MIN_M = 512
+VARIANTS = (0, 1, 2)  # default, widen, pingpong; -1 picks by shape
 
 
 def fail(rule: str) -> NoReturn:
     raise ValueError(rule)
 
 
-def mode_format(mode: str) -> BlockFormat:
-    if mode not in reference.MODES:
-        fail(f"mode must be one of {sorted(reference.MODES)}, got {mode!r}")
-    return reference.MODES[mode]
+def debug_checks() -> bool:
+    """FP4_GEMM_DEBUG=1: synchronize and check device-side data before launching."""
+    return os.environ.get("FP4_GEMM_DEBUG") == "1"
 
 
-def tensor(name: str, t: object, *, dtypes: tuple[torch.dtype, ...], ndim: int) -> torch.Tensor:
-    """A tensor argument: type, dtype, rank, device kind and contiguity."""
+def host_data(t: torch.Tensor) -> torch.Tensor | None:
+    """The tensor on the host when its values may be checked: on the CPU, or on a GPU in debug mode;
+    never while torch.compile traces (values are unknown there, as on a GPU)."""
+    if torch.compiler.is_compiling() or isinstance(t, torch._subclasses.FakeTensor):
+        return None
+    if t.device.type == "cpu":
+        return t
+    return t.cpu() if debug_checks() else None
+
+
+# ---- tensors ----------------------------------------------------------------------------------
+
+
+def tensor(
+    name: str,
+    t: object,
+    *,
+    dtypes: Sequence[torch.dtype],
+    shape: Sequence[int | None] | None = None,
+    ndim: int | None = None,
+) -> torch.Tensor:
+    """A tensor argument: type, dtype, rank or shape (None = any extent), device kind, contiguity."""
     if not isinstance(t, torch.Tensor):
         fail(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in dtypes:
         fail(f"{name} must have dtype {' or '.join(str(d) for d in dtypes)}, got {t.dtype}")
-    if t.dim() != ndim:
+    if shape is not None:
+        expected = tuple(shape)
+        if t.dim() != len(expected) or any(e is not None and e != s for e, s in zip(expected, t.shape, strict=True)):
+            shown = tuple("*" if e is None else e for e in expected)
+            fail(f"{name} must have shape {shown}, got {tuple(t.shape)}")
+    elif ndim is not None and t.dim() != ndim:
         fail(f"{name} must be {ndim}-D, got shape {tuple(t.shape)}")
     if t.device.type not in ("cpu", "cuda"):
         fail(f"{name} must be a CPU or CUDA tensor, got device {t.device}")
@@ -41,9 +78,346 @@ def tensor(name: str, t: object, *, dtypes: tuple[torch.dtype, ...], ndim: int) 
     return t
 
 
+def optional(name: str, t: object, **rules: object) -> torch.Tensor | None:
+    return None if t is None else tensor(name, t, **rules)
+
+
+def same_device(**tensors: torch.Tensor | None) -> torch.device:
+    given = {name: t for name, t in tensors.items() if t is not None}
+    devices = {t.device for t in given.values()}
+    if len(devices) > 1:
+        fail(f"all tensors must be on one device, got {', '.join(f'{n}: {t.device}' for n, t in given.items())}")
+    return next(iter(devices))
+
+
+def scale_buffer(name: str, t: object, rows: int, nkb: int) -> torch.Tensor:
+    """A swizzled scale buffer: uint8, contiguous, exactly the bytes of the SfAtom tiles (any shape)."""
+    tensor(name, t, dtypes=(torch.uint8,), ndim=t.dim() if isinstance(t, torch.Tensor) else None)
+    expected = reference.sf_bytes(rows, nkb)
+    if t.numel() != expected:
+        fail(
+            f"{name} must hold the swizzled scales of {rows} rows x {nkb} blocks: "
+            f"ceil({rows}/128) * ceil({nkb}/4) * 512 = {expected} bytes, got {t.numel()}"
+        )
+    return t
+
+
+def positive_int(name: str, value: object, minimum: int = 1) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        fail(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def number(name: str, value: object) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        fail(f"{name} must be a Python float, got {type(value).__name__}")
+    return float(value)
+
+
+def sm_count(value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or (value != -1 and value < 1):
+        fail(f"sm_count must be -1 (all SMs) or a positive integer, got {value!r}")
+
+
+def multiple(name: str, value: int, of: int, why: str) -> None:
+    if value % of != 0:
+        fail(f"{name} ({value}) must be a multiple of {of} ({why})")
+
+
+# ---- quantizers -------------------------------------------------------------------------------
+
+
+def mode_format(mode: str) -> BlockFormat:
+    if mode not in reference.MODES:
+        fail(f"mode must be one of {sorted(reference.MODES)}, got {mode!r}")
+    return reference.MODES[mode]
+
+
+def quantize_input(name: str, x: object, dtypes: Sequence[torch.dtype], group: int) -> torch.Tensor:
+    tensor(name, x, dtypes=dtypes, ndim=2)
+    multiple(f"{name}.shape[1] (K)", x.shape[1], group, f"blocks of {group}")
+    return x
+
+
 def group_wise_quant(input: torch.Tensor, mode: str) -> BlockFormat:
     fmt = mode_format(mode)
     tensor("input", input, dtypes=HALF_DTYPES, ndim=2)
     if input.shape[1] % fmt.group != 0:
         fail(f"input.shape[1] (K = {input.shape[1]}) must be a multiple of {fmt.group} in mode {mode!r}")
     return fmt
+
+
+def fp4_quantizer(x: object, dtype: torch.dtype, packed: object, sfa: object) -> None:
+    """A flashrt-style quantizer: x [rows, K]; caller buffers both or neither (packed [rows, K/2], flat scales)."""
+    quantize_input("x", x, (dtype,), 16)
+    if (packed is None) != (sfa is None):
+        fail("pass both packed and sfa, or neither")
+    if packed is not None:
+        rows, cols = x.shape
+        tensor("packed", packed, dtypes=(torch.uint8,), shape=(rows, cols // 2))
+        scale_buffer("sfa", sfa, rows, cols // 16)
+        same_device(x=x, packed=packed, sfa=sfa)
+
+
+def alignment(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0 or value % 16 != 0:
+        fail(f"alignment must be a positive multiple of 16, got {value!r}")
+    return value
+
+
+def padded_quantizer(x: object, align: object) -> None:
+    tensor("x", x, dtypes=(torch.bfloat16,), ndim=2)
+    alignment(align)
+
+
+def pack_weight(weight: object, bias: object, align: object) -> None:
+    tensor("weight", weight, dtypes=(torch.bfloat16,), ndim=2)
+    alignment(align)
+    optional("bias", bias, dtypes=(torch.bfloat16,), shape=(weight.shape[0],))
+    same_device(weight=weight, bias=bias)
+
+
+def dequantizer(packed: object, sfa: object, out: object) -> None:
+    tensor("packed", packed, dtypes=(torch.uint8,), ndim=2)
+    rows, cols = packed.shape[0], packed.shape[1] * 2
+    scale_buffer("sfa", sfa, rows, cols // 16)
+    optional("out", out, dtypes=(torch.float16,), shape=(rows, cols))
+    same_device(packed=packed, sfa=sfa, out=out)
+
+
+# ---- flashrt-style GEMMs ----------------------------------------------------------------------
+
+
+def variant(value: object, *, allow_auto: bool = True) -> int:
+    allowed = ((-1,) if allow_auto else ()) + VARIANTS
+    if value not in allowed:
+        fail(f"variant must be one of {allowed} (capabilities()['variants']), got {value!r}")
+    return value
+
+
+def nvfp4_gemm(
+    a: object,
+    b: object,
+    sfa: object,
+    sfb: object,
+    *,
+    alpha: object,
+    bias: object,
+    residual: object,
+    activation: str,
+    out_format: str,
+    out: object,
+    out_scales: object,
+    bias_dtypes: Sequence[torch.dtype] = BIAS_DTYPES,
+) -> tuple[int, int, int]:
+    """Operands, epilogue tensors and caller outputs of every flashrt-style GEMM; returns (M, N_out, K)."""
+    tensor("a_packed", a, dtypes=(torch.uint8,), ndim=2)
+    tensor("b_packed", b, dtypes=(torch.uint8,), ndim=2)
+    m, n, k = a.shape[0], b.shape[0], a.shape[1] * 2
+    if b.shape[1] * 2 != k:
+        fail(f"a_packed and b_packed must have the same K: a gives {k}, b gives {b.shape[1] * 2}")
+    multiple("K", k, 16, "NVFP4 blocks of 16")
+    if m < 1 or n < 1:
+        fail(f"M and N must be >= 1, got M={m}, N={n}")
+    scale_buffer("sfa", sfa, m, k // 16)
+    scale_buffer("sfb", sfb, n, k // 16)
+    number("alpha", alpha)
+    n_out = n
+    if activation == "geglu":
+        multiple("N of the interleaved GeGLU weight", n, 2, "gate and up rows alternate")
+        n_out = n // 2
+    optional("bias", bias, dtypes=bias_dtypes, shape=(n,))
+    if out_format.startswith("nvfp4"):
+        multiple("the output width", n_out, 16, "NVFP4 output blocks of 16")
+        if (out is None) != (out_scales is None):
+            fail("pass both out_packed and out_sfa, or neither")
+        optional("out_packed", out, dtypes=(torch.uint8,), shape=(m, n_out // 2))
+        if out_scales is not None:
+            scale_buffer("out_sfa", out_scales, m, n_out // 16)
+    else:
+        dtype = reference.OUT_DTYPES[out_format]
+        optional("residual", residual, dtypes=(dtype,), shape=(m, n))
+        optional("out", out, dtypes=(dtype,), shape=(m, n_out))
+    same_device(a=a, b=b, sfa=sfa, sfb=sfb, bias=bias, residual=residual, out=out, out_scales=out_scales)
+    return m, n_out, k
+
+
+def skinny_knobs(warps: object, stages: object) -> None:
+    if warps not in SKINNY_WARPS:
+        fail(f"warps must be one of {SKINNY_WARPS}, got {warps!r}")
+    if not isinstance(stages, int) or isinstance(stages, bool) or not 1 <= stages <= MAX_STAGES:
+        fail(f"stages must be an integer in [1, {MAX_STAGES}], got {stages!r}")
+
+
+def mrows(m: int, n: int, k: int, warps: object, stages: object) -> None:
+    skinny_knobs(warps, stages)
+    if not 1 <= m <= MROWS_MAX_M:
+        fail(f"fp4_w4a4_gemm_warpsplit_mrows_bf16 needs 1 <= M <= {MROWS_MAX_M}, got M={m}")
+    multiple("N", n, 8, "the multi-row tier reads 8 weight rows at a time")
+    multiple("K", k, 64 * warps, "64 * warps: each warp takes whole 64-element slices")
+
+
+def gemv(m: int, n: int, k: int, warps: object, stages: object) -> None:
+    skinny_knobs(warps, stages)
+    if m != 1:
+        fail(f"fp4_w4a4_gemv_warpsplit_interleaved_bf16 serves M = 1 only, got M={m}")
+    multiple("N", n, reference.STREAM_TILE_ROWS, "the streaming layout tiles 8 rows")
+    multiple("K", k, reference.STREAM_TILE_K, "the streaming layout tiles 64 elements")
+
+
+def repack(b: object, out: object) -> None:
+    tensor("b_packed", b, dtypes=(torch.uint8,), ndim=2)
+    multiple("N", b.shape[0], reference.STREAM_TILE_ROWS, "the streaming layout tiles 8 rows")
+    multiple("K", b.shape[1] * 2, reference.STREAM_TILE_K, "the streaming layout tiles 64 elements")
+    optional("out", out, dtypes=(torch.uint8,), shape=tuple(b.shape))
+    same_device(b_packed=b, out=out)
+
+
+def m256(a: torch.Tensor, workspace: object, required: int) -> None:
+    m = a.shape[0]
+    if m < M256_MIN_M:
+        fail(f"nvfp4_gemm_m256_bf16 needs M >= {M256_MIN_M}, got M={m}")
+    if workspace is None:
+        fail("nvfp4_gemm_m256_bf16 needs a caller workspace of nvfp4_gemm_m256_workspace_size(...) bytes")
+    tensor(
+        "workspace",
+        workspace,
+        dtypes=(torch.uint8,),
+        ndim=workspace.dim() if isinstance(workspace, torch.Tensor) else None,
+    )
+    if workspace.numel() < required:
+        fail(f"workspace must hold at least {required} bytes, got {workspace.numel()}")
+    same_device(a_packed=a, workspace=workspace)
+
+
+def e0m3_a_format(value: object) -> str:
+    if value not in (0, 1):
+        fail(f"a_format must be 1 (E2M1 activations) or 0 (E0M3 activations), got {value!r}")
+    return "nvfp4" if value == 1 else "e0m3"
+
+
+# ---- halops-style GEMMs -----------------------------------------------------------------------
+
+
+def _operands(mode: str, input: object, weight: object, input_rank: int, weight_rank: int) -> tuple[BlockFormat, int]:
+    fmt = mode_format(mode)
+    dtype = torch.float8_e4m3fn if fmt.element_bits == 8 else torch.uint8
+    tensor("input", input, dtypes=(dtype,), ndim=input_rank)
+    tensor("weight", weight, dtypes=(dtype,), ndim=weight_rank)
+    k = input.shape[-1] * 8 // fmt.element_bits
+    if weight.shape[-1] != input.shape[-1]:
+        fail(f"input and weight must have the same K: {tuple(input.shape)} vs {tuple(weight.shape)}")
+    multiple("K", k, fmt.group, f"blocks of {fmt.group} in mode {mode!r}")
+    return fmt, k
+
+
+def _epilogue(mode: str, alpha: object, groups: int, bias: object, bias_shape: tuple[int, ...]) -> None:
+    optional("alpha", alpha, dtypes=(torch.float32,), shape=(groups,))
+    if mode == "w4a4-nvfp4" and alpha is None:
+        fail("alpha (float32 tensor) is required in mode 'w4a4-nvfp4': it carries 1 / (global scale of A * of B)")
+    optional("bias", bias, dtypes=(torch.bfloat16,), shape=bias_shape)
+
+
+def halops_gemm(
+    grouping: str,
+    mode: str,
+    input: object,
+    weight: object,
+    sfa: object,
+    sfb: object,
+    output: object,
+    bias: object,
+    alpha: object,
+    sm: object,
+    group_index: object = None,
+    max_m: object = 0,
+) -> None:
+    """dense_gemm, batch_gemm, group_contiguous_gemm and group_masked_gemm."""
+    sm_count(sm)
+    if grouping == "batched":
+        fmt, k = _operands(mode, input, weight, 3, 3)
+        groups, rows, n = input.shape[0], input.shape[0] * input.shape[1], weight.shape[1]
+        if weight.shape[0] != groups:
+            fail(f"weight must have one matrix per batch item: {weight.shape[0]} != {groups}")
+        out_shape, bias_shape = (groups, input.shape[1], n), (groups, n)
+    elif grouping == "dense":
+        fmt, k = _operands(mode, input, weight, 2, 2)
+        groups, rows, n = 1, input.shape[0], weight.shape[0]
+        out_shape, bias_shape = (rows, n), (n,)
+    else:
+        fmt, k = _operands(mode, input, weight, 2, 3)
+        groups, rows, n = weight.shape[0], input.shape[0], weight.shape[1]
+        out_shape, bias_shape = (rows, n), (groups, n)
+    scale_buffer("sfa", sfa, rows, k // fmt.group)
+    scale_buffer("sfb", sfb, groups * n, k // fmt.group)
+    tensor("output", output, dtypes=(torch.bfloat16,), shape=out_shape)
+    _epilogue(mode, alpha, groups, bias, bias_shape)
+    if grouping == "contiguous":
+        tensor("expert_ids", group_index, dtypes=(torch.int32,), shape=(rows,))
+        expert_ids(group_index, groups)
+    if grouping == "masked":
+        positive_int("max_m_per_expert", max_m)
+        if rows != groups * max_m:
+            fail(f"input must have num_experts * max_m_per_expert = {groups} * {max_m} rows, got {rows}")
+        tensor("masked_m", group_index, dtypes=(torch.int32,), shape=(groups,))
+        valid_counts("masked_m", group_index, max_m)
+    same_device(input=input, weight=weight, sfa=sfa, sfb=sfb, output=output, bias=bias, alpha=alpha, index=group_index)
+
+
+def expert_ids(ids: torch.Tensor, experts: int) -> None:
+    host = host_data(ids)
+    if host is None:
+        return
+    if ((host < -1) | (host >= experts)).any():
+        fail(f"expert_ids must lie in [0, {experts}) or be -1 (padding row)")
+    real = host[host >= 0]
+    if (real[1:] < real[:-1]).any():
+        fail("expert_ids must be sorted in non-decreasing order (ignoring -1 padding rows)")
+
+
+def valid_counts(name: str, counts: torch.Tensor, maximum: int) -> None:
+    host = host_data(counts)
+    if host is not None and ((host < 0) | (host > maximum)).any():
+        fail(f"{name} must lie in [0, {maximum}] (the rows each group owns)")
+
+
+# ---- MoE data movement ------------------------------------------------------------------------
+
+
+def swiglu_quant(input: object, counts: object, is_fp4: object) -> None:
+    if not isinstance(is_fp4, bool):
+        fail(f"is_fp4 must be a bool, got {type(is_fp4).__name__}")
+    group = 16 if is_fp4 else 32
+    tensor("input", input, dtypes=(torch.bfloat16,), ndim=2)
+    multiple("input.shape[1] (2 * hidden_size)", input.shape[1], 2 * group, f"gate and up halves of blocks of {group}")
+    tensor("token_nums_per_expert", counts, dtypes=(torch.int32,), ndim=1)
+    experts = counts.shape[0]
+    if experts < 1 or input.shape[0] % experts != 0:
+        fail(f"input rows ({input.shape[0]}) must be num_experts ({experts}) * rows per expert")
+    valid_counts("token_nums_per_expert", counts, input.shape[0] // experts)
+    same_device(input=input, token_nums_per_expert=counts)
+
+
+def permute(x: object, scale: object, topk_ids: object, experts: object, max_token_num: object) -> None:
+    tensor("x", x, dtypes=(torch.float8_e4m3fn, torch.bfloat16), ndim=2)
+    tokens, hidden = x.shape
+    tensor("scale", scale, dtypes=(torch.int32, torch.uint8), ndim=2)
+    if scale.dtype == torch.int32:
+        multiple("hidden", hidden, 512, "int32 broadcast scales hold 4 bytes of 128-element groups")
+        tensor("scale", scale, dtypes=(torch.int32,), shape=(tokens, hidden // 512))
+    else:
+        multiple("hidden", hidden, 128, "uint8 direct scales fill whole 4-block SfAtom columns")
+        tensor("scale", scale, dtypes=(torch.uint8,), shape=(tokens, hidden // 32))
+    tensor("topk_ids", topk_ids, dtypes=(torch.int64,), ndim=2)
+    if topk_ids.shape[0] != tokens:
+        fail(f"topk_ids must have one row per token ({tokens}), got {tuple(topk_ids.shape)}")
+    positive_int("num_local_experts", experts)
+    positive_int("max_token_num", max_token_num, 128)
+    multiple("max_token_num", max_token_num, 128, "whole 128-row scale tiles per expert")
+    same_device(x=x, scale=scale, topk_ids=topk_ids)
+    host = host_data(topk_ids)
+    if host is not None and debug_checks():  # overflow is legal (counts report it); debug mode flags it
+        routed = host[(host >= 0) & (host < experts)]
+        most = int(torch.bincount(routed, minlength=experts).max()) if routed.numel() else 0
+        if most > max_token_num:
+            fail(f"an expert receives {most} tokens, more than max_token_num = {max_token_num}")

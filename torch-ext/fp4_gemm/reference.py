@@ -5,9 +5,13 @@ torch and works without the compiled extension. It is written for clarity, not s
 torch over whole tensors, no Python loops over elements, IEEE float32 where the contract says
 float32.
 
-Layout of the module: element codecs (E2M1, E4M3, E0M3, UE8M0, UE4M3), nibble packing, the block
-formats (`BlockFormat`), the scale layouts (`sf_offset`), the quantizers, and the public functions
-of the API with the same names and signatures as the package's.
+Layout of the module, bottom up:
+  element codecs (E2M1, E4M3, E0M3, UE8M0, UE4M3) and nibble packing;
+  block formats (`BlockFormat`) and quantization recipes;
+  scale layouts (`sf_offset`, the CUTLASS Sm1xx SfAtom);
+  quantizers and dequantizers;
+  the registered ops' CPU implementations (`*_into`: they write caller-provided outputs);
+  the public functions of both API families, with the package's names and signatures.
 """
 
 from __future__ import annotations
@@ -16,27 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = [
-    "BlockFormat",
-    "MXFP8",
-    "MXFP4",
-    "NVFP4",
-    "MODES",
-    "encode_e2m1",
-    "decode_e2m1",
-    "encode_e4m3",
-    "decode_e4m3",
-    "decode_ue8m0",
-    "pack_nibbles",
-    "unpack_nibbles",
-    "sf_offset",
-    "sf_bytes",
-    "swizzle_scales",
-    "unswizzle_scales",
-    "quantize_blocks",
-    "dequantize_blocks",
-    "group_wise_quant",
-]
+Tensor = torch.Tensor
+OptTensor = torch.Tensor | None
 
 # ---- element codecs ---------------------------------------------------------------------------
 
@@ -59,8 +44,15 @@ _GRIDS = {
 }
 
 
+_DEVICE_GRIDS: dict[tuple[str, torch.device], torch.Tensor] = {}
+
+
 def _grid(name: str, device: torch.device) -> torch.Tensor:
-    return _GRIDS[name].to(device)
+    """The grid on `device`, copied once: later calls (a CUDA graph capture too) copy nothing."""
+    key = (name, torch.device(device))
+    if key not in _DEVICE_GRIDS:
+        _DEVICE_GRIDS[key] = _GRIDS[name].to(device)
+    return _DEVICE_GRIDS[key]
 
 
 def round_to_grid(magnitude: torch.Tensor, grid: str) -> torch.Tensor:
@@ -115,6 +107,17 @@ def decode_ue4m3(codes: torch.Tensor) -> torch.Tensor:
     return decode_e4m3(codes)
 
 
+def encode_e0m3(x: torch.Tensor) -> torch.Tensor:
+    """E0M3 code (uint8): magnitude min(rint_half_even(|x|), 7), sign bit only when the magnitude is > 0."""
+    magnitude = round_to_grid(x.abs(), "e0m3")
+    return (magnitude + 8 * (_sign_bit(x) & (magnitude > 0))).to(torch.uint8)
+
+
+def decode_e0m3(codes: torch.Tensor) -> torch.Tensor:
+    magnitude = (codes & 7).float()
+    return torch.where((codes & 8) != 0, -magnitude, magnitude)
+
+
 def exp2_float32(exponent: torch.Tensor) -> torch.Tensor:
     """2^e exactly, as float32, for integer e in [-127, 127]."""
     return torch.pow(2.0, exponent.double()).float()
@@ -130,12 +133,12 @@ def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
     return torch.stack([packed & 0xF, packed >> 4], dim=-1).flatten(-2)
 
 
-# ---- block formats ----------------------------------------------------------------------------
+# ---- block formats and recipes ----------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class BlockFormat:
-    """One quantization recipe: `group` elements along K share one scale byte."""
+    """One block-scaled format: `group` elements along K share one scale byte."""
 
     name: str
     group: int
@@ -151,21 +154,34 @@ class BlockFormat:
     def scale_nan(self) -> int:
         return 0xFF if self.scale == "ue8m0" else 0x7F
 
+    def stored_cols(self, k: int) -> int:
+        """Width of the stored values of a K-wide row: bytes of E4M3, or K/2 packed nibbles."""
+        return k * self.element_bits // 8
+
 
 MXFP8 = BlockFormat("mxfp8", 32, "e4m3", "ue8m0", 448.0)
 MXFP4 = BlockFormat("mxfp4", 32, "e2m1", "ue8m0", 6.0)
 NVFP4 = BlockFormat("nvfp4", 16, "e2m1", "ue4m3", 6.0)
+E0M3 = BlockFormat("e0m3", 16, "e0m3", "ue4m3", 7.0)
+
+FORMATS = {fmt.name: fmt for fmt in (MXFP8, MXFP4, NVFP4, E0M3)}
 
 # halops-style mode names
 MODES = {"w8a8-mxfp8": MXFP8, "w4a4-mxfp4": MXFP4, "w4a4-nvfp4": NVFP4}
 
+# Quantization recipes of the `quantize` op: a format, and for nvfp4_mse the least-squares scale search.
+RECIPES = {**{name: (fmt, False) for name, fmt in FORMATS.items()}, "nvfp4_mse": (NVFP4, True)}
+
+# Candidate UE4M3 scale codes of the MSE search, as offsets from the RTN code, in evaluation order.
+MSE_CANDIDATE_OFFSETS = (0, -1, 1, -2, 2)
+
 
 def _encode_elements(x: torch.Tensor, element: str) -> torch.Tensor:
-    return encode_e4m3(x) if element == "e4m3" else encode_e2m1(x)
+    return {"e4m3": encode_e4m3, "e2m1": encode_e2m1, "e0m3": encode_e0m3}[element](x)
 
 
 def _decode_elements(codes: torch.Tensor, element: str) -> torch.Tensor:
-    return decode_e4m3(codes) if element == "e4m3" else decode_e2m1(codes)
+    return {"e4m3": decode_e4m3, "e2m1": decode_e2m1, "e0m3": decode_e0m3}[element](codes)
 
 
 def _decode_scales(codes: torch.Tensor, scale: str) -> torch.Tensor:
@@ -196,29 +212,36 @@ def sf_bytes(rows: int, nkb: int) -> int:
     return _ceil_div(rows, SF_TILE_ROWS) * _ceil_div(nkb, SF_TILE_COLS) * SF_TILE_BYTES
 
 
-def swizzle_scales(plain: torch.Tensor) -> torch.Tensor:
-    """Plain [rows, nkb] scale bytes -> flat swizzled buffer of sf_bytes(rows, nkb); padding is 0."""
-    rows, nkb = plain.shape
-    flat = torch.zeros(sf_bytes(rows, nkb), dtype=torch.uint8, device=plain.device)
-    m = torch.arange(rows, device=plain.device)[:, None]
-    kb = torch.arange(nkb, device=plain.device)[None, :]
-    flat[sf_offset(m, kb, nkb)] = plain
-    return flat
-
-
-def unswizzle_scales(swizzled: torch.Tensor, rows: int, nkb: int) -> torch.Tensor:
-    """Swizzled buffer (any shape, read flat) -> plain [rows, nkb]."""
-    m = torch.arange(rows, device=swizzled.device)[:, None]
-    kb = torch.arange(nkb, device=swizzled.device)[None, :]
-    return swizzled.reshape(-1)[sf_offset(m, kb, nkb)]
-
-
 def swizzled_scale_shape(rows: int, nkb: int) -> tuple[int, int]:
     """The 2-D view the halops-style API gives a swizzled buffer: [ceil(rows/128)*128, nkt*4]."""
     return _ceil_div(rows, SF_TILE_ROWS) * SF_TILE_ROWS, _ceil_div(nkb, SF_TILE_COLS) * SF_TILE_COLS
 
 
-# ---- quantizers -------------------------------------------------------------------------------
+def _grid_offsets(rows: int, nkb: int, device: torch.device) -> torch.Tensor:
+    m = torch.arange(rows, device=device)[:, None]
+    kb = torch.arange(nkb, device=device)[None, :]
+    return sf_offset(m, kb, nkb)
+
+
+def swizzle_scales(plain: torch.Tensor) -> torch.Tensor:
+    """Plain [rows, nkb] scale bytes -> flat swizzled buffer of sf_bytes(rows, nkb); padding is 0."""
+    rows, nkb = plain.shape
+    flat = torch.zeros(sf_bytes(rows, nkb), dtype=torch.uint8, device=plain.device)
+    flat[_grid_offsets(rows, nkb, plain.device)] = plain
+    return flat
+
+
+def unswizzle_scales(swizzled: torch.Tensor, rows: int, nkb: int) -> torch.Tensor:
+    """Swizzled buffer (any shape, read flat) -> plain [rows, nkb]."""
+    return swizzled.reshape(-1)[_grid_offsets(rows, nkb, swizzled.device)]
+
+
+def read_scales(scales: torch.Tensor, rows: int, nkb: int, swizzled: bool) -> torch.Tensor:
+    """Plain [rows, nkb] view of a scale buffer in either layout."""
+    return unswizzle_scales(scales, rows, nkb) if swizzled else scales.reshape(rows, nkb)
+
+
+# ---- quantizers and dequantizers --------------------------------------------------------------
 
 
 def _float32_bits(x: torch.Tensor) -> torch.Tensor:
@@ -239,34 +262,59 @@ def mx_scale_exponent(amax: torch.Tensor, qmax: float) -> torch.Tensor:
     return torch.where(biased == 0, -127, s).clamp(-127, 127)
 
 
-def _blocks(x: torch.Tensor, group: int) -> torch.Tensor:
-    rows, cols = x.shape
-    return x.float().reshape(rows, cols // group, group)
+def _squared_error(blocks: torch.Tensor, scale_codes: torch.Tensor) -> torch.Tensor:
+    """Float32 reconstruction error of each NVFP4 block at the given scale codes.
+
+    The sum runs over the block in index order, one rounding per product and per add, exactly as
+    the kernels evaluate it: the choice of scale depends on these bits.
+    """
+    sf = decode_ue4m3(scale_codes)
+    restored = decode_e2m1(encode_e2m1(blocks * (1.0 / sf))) * sf
+    d = blocks - restored
+    error = torch.zeros_like(sf)
+    for i in range(blocks.shape[-1]):
+        error = error + d[..., i : i + 1] * d[..., i : i + 1]
+    return error
 
 
-def quantize_blocks(x: torch.Tensor, fmt: BlockFormat, global_scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def _least_squares_scales(blocks: torch.Tensor, rtn: torch.Tensor) -> torch.Tensor:
+    """Per block, the candidate scale code (RTN code + MSE_CANDIDATE_OFFSETS, within 1..126) of least
+    squared error; a candidate replaces the best so far only if strictly better (ties keep RTN)."""
+    best, best_error = rtn.long(), _squared_error(blocks, rtn)
+    for offset in MSE_CANDIDATE_OFFSETS[1:]:
+        candidate = rtn.long() + offset
+        usable = (rtn != 0) & (candidate >= 1) & (candidate <= 126)
+        error = _squared_error(blocks, candidate.clamp(1, 126).to(torch.uint8))
+        better = usable & (error < best_error)
+        best = torch.where(better, candidate, best)
+        best_error = torch.where(better, error, best_error)
+    return best.to(torch.uint8)
+
+
+def quantize_blocks(x: torch.Tensor, fmt: BlockFormat, mse: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize a [rows, K] matrix block by block along K.
 
     Returns (codes [rows, K] uint8, one element code per byte; scales [rows, K / g] uint8, plain
-    layout). Blocks holding NaN or Inf get the NaN scale and all-zero codes.
+    layout). Blocks holding NaN or Inf get the NaN scale and all-zero codes. `mse` (NVFP4 only)
+    picks each block's scale by least squared error instead of round-to-nearest.
     """
-    blocks = _blocks(x, fmt.group)
-    amax = blocks.abs().amax(dim=-1, keepdim=True)
+    rows, cols = x.shape
+    blocks = x.float().reshape(rows, cols // fmt.group, fmt.group)
     finite = blocks.isfinite().all(dim=-1, keepdim=True)
-    amax = torch.where(finite, amax, 0.0)
+    amax = torch.where(finite, blocks.abs().amax(dim=-1, keepdim=True), 0.0)
     if fmt.scale == "ue8m0":
         s = mx_scale_exponent(amax, fmt.qmax)
         codes = _encode_elements(blocks * exp2_float32(-s), fmt.element)
         scales = (s + 127).to(torch.uint8)
     else:
-        scale_f32 = torch.tensor(global_scale, dtype=torch.float32, device=x.device)
-        scales = encode_e4m3((amax / fmt.qmax) * scale_f32)
-        factor = scale_f32 / decode_ue4m3(scales)
-        codes = _encode_elements(blocks * factor, fmt.element)
+        scales = encode_e4m3(amax / fmt.qmax)
+        if mse:
+            scales = _least_squares_scales(blocks, scales)
+        codes = _encode_elements(blocks * (1.0 / decode_ue4m3(scales)), fmt.element)
         codes = torch.where(scales == 0, 0, codes)
     codes = torch.where(finite, codes, 0).to(torch.uint8)
     scales = torch.where(finite, scales, fmt.scale_nan).to(torch.uint8)
-    return codes.reshape(x.shape), scales.squeeze(-1)
+    return codes.reshape(rows, cols), scales.squeeze(-1)
 
 
 def dequantize_blocks(codes: torch.Tensor, scales: torch.Tensor, fmt: BlockFormat) -> torch.Tensor:
@@ -290,19 +338,882 @@ def load_codes(values: torch.Tensor, fmt: BlockFormat) -> torch.Tensor:
     return unpack_nibbles(values)
 
 
-def quantize(x: torch.Tensor, fmt: BlockFormat, swizzle: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize(x: torch.Tensor, fmt: BlockFormat, swizzle: bool, mse: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Stored values and scales of a [rows, K] matrix; swizzled scales in their 2-D halops view."""
-    codes, plain = quantize_blocks(x, fmt)
+    codes, plain = quantize_blocks(x, fmt, mse)
     rows, nkb = plain.shape
     scales = swizzle_scales(plain).reshape(swizzled_scale_shape(rows, nkb)) if swizzle else plain
     return store_values(codes, fmt), scales
 
 
-# ---- public functions (same names and signatures as the package's) ----------------------------
+def dequantize(values: torch.Tensor, scales: torch.Tensor, fmt: BlockFormat, swizzled: bool = True) -> torch.Tensor:
+    """Exact float32 [rows, K] of stored values (any leading shape, rows = all but the last dim)."""
+    stored = values.reshape(-1, values.shape[-1])
+    codes = load_codes(stored, fmt)
+    rows, k = codes.shape
+    return dequantize_blocks(codes, read_scales(scales, rows, k // fmt.group, swizzled), fmt)
+
+
+# ---- streaming weight layout (decode GEMV) ----------------------------------------------------
+
+STREAM_TILE_ROWS, STREAM_TILE_K = 8, 64  # one tile: 8 rows x 64 elements = 8 x 32 bytes, contiguous
+
+
+def interleave_rows(packed: torch.Tensor) -> torch.Tensor:
+    """Row-major packed NVFP4 [N, K/2] -> streaming layout (same shape): tiles of 8 rows x 32 bytes,
+    tile (n // 8, k // 64) at byte ((n // 8) * (K / 64) + k // 64) * 256, rows inside a tile 32 bytes apart."""
+    n, kb = packed.shape
+    tiles = packed.reshape(n // STREAM_TILE_ROWS, STREAM_TILE_ROWS, kb // 32, 32)
+    return tiles.permute(0, 2, 1, 3).reshape(n, kb).contiguous()
+
+
+def deinterleave_rows(streamed: torch.Tensor) -> torch.Tensor:
+    """Inverse of interleave_rows."""
+    n, kb = streamed.shape
+    tiles = streamed.reshape(n // STREAM_TILE_ROWS, kb // 32, STREAM_TILE_ROWS, 32)
+    return tiles.permute(0, 2, 1, 3).reshape(n, kb).contiguous()
+
+
+# ---- the registered ops' CPU implementations --------------------------------------------------
+# Same arguments as the op schemas in torch_binding.cpp; outputs are written in place.
+
+
+def quantize_into(
+    input: torch.Tensor, recipe: str, swizzle: bool, pdl: bool, values: torch.Tensor, scales: torch.Tensor
+) -> None:
+    """`quantize` op. `values` may be wider and taller than `input`: the extra region quantizes zeros."""
+    fmt, mse = RECIPES[recipe]
+    out_rows, out_cols = values.shape[0], values.shape[1] * 8 // fmt.element_bits
+    padded = torch.zeros(out_rows, out_cols, dtype=torch.float32, device=input.device)
+    padded[: input.shape[0], : input.shape[1]] = input.float()
+    stored, stored_scales = quantize(padded, fmt, swizzle, mse)
+    values.copy_(stored.view(values.dtype))
+    scales.copy_(stored_scales.reshape(scales.shape))
+
+
+def dequantize_into(values: torch.Tensor, scales: torch.Tensor, recipe: str, swizzle: bool, out: torch.Tensor) -> None:
+    """`dequantize` op: exact float32 values rounded to out's dtype."""
+    out.copy_(dequantize(values, scales, RECIPES[recipe][0], swizzle).reshape(out.shape))
+
+
+def gelu(y: torch.Tensor) -> torch.Tensor:
+    """The exact (erf) GELU."""
+    return 0.5 * y * (1.0 + torch.erf(y * 0.5**0.5))
+
+
+ACTIVATIONS = {
+    "none": lambda y: y,
+    "gelu": gelu,
+    "relu2": lambda y: torch.relu(y) ** 2,
+    "geglu": lambda y: gelu(y[:, 0::2]) * y[:, 1::2],  # weight rows 2j (gate) and 2j+1 (up)
+}
+GROUPINGS = ("dense", "batched", "contiguous", "masked")
+OUT_FORMATS = ("bf16", "fp16", "nvfp4", "nvfp4_from_fp16")
+
+
+def row_groups(
+    grouping: str, rows: int, groups: int, group_index: torch.Tensor | None, group_rows: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Group (weight matrix) of every row of A, and which rows the op owns (writes).
+
+    dense: one group. batched: `group_rows` rows per group. contiguous: group_index holds each row's
+    expert id; -1 and ids outside [0, groups) are not owned. masked: `group_rows` rows per group, of
+    which the first clamp(group_index[g], 0, group_rows) are owned.
+    """
+    index = torch.arange(rows, device=device)
+    if grouping in ("dense", "batched", "masked"):
+        group = index // group_rows if grouping != "dense" else torch.zeros_like(index)
+        owned = torch.ones_like(index, dtype=torch.bool)
+        if grouping == "masked":
+            valid = group_index.long().clamp(0, group_rows)
+            owned = index % group_rows < valid[group]
+        return group, owned
+    expert = group_index.long()
+    owned = (expert >= 0) & (expert < groups)
+    return expert.clamp(0, groups - 1), owned
+
+
+def gemm_accumulate(a: torch.Tensor, b: torch.Tensor, group: torch.Tensor, groups: int) -> torch.Tensor:
+    """acc[m, n] = sum_k A[m, k] * B[group[m], n, k] in float64 over exactly dequantized operands."""
+    a64, b64 = a.double(), b.double().reshape(groups, -1, a.shape[1])
+    acc = torch.zeros(a.shape[0], b64.shape[1], dtype=torch.float64, device=a.device)
+    for g in range(groups):
+        acc = torch.where((group == g)[:, None], a64 @ b64[g].T, acc)
+    return acc
+
+
+def gemm_epilogue(
+    acc: torch.Tensor,
+    group: torch.Tensor,
+    alpha: torch.Tensor | None,
+    alpha_scale: float,
+    bias: torch.Tensor | None,
+    residual: torch.Tensor | None,
+    activation: str,
+) -> torch.Tensor:
+    """y = act(alpha * acc + bias + residual), in float64."""
+    y = acc * alpha_scale
+    if alpha is not None:
+        y = y * alpha.double().reshape(-1)[group if alpha.numel() > 1 else torch.zeros_like(group)][:, None]
+    if bias is not None:
+        y = y + (bias.double().reshape(-1, y.shape[1])[group] if bias.dim() > 1 else bias.double()[None, :])
+    if residual is not None:
+        y = y + residual.double().reshape(y.shape)
+    return ACTIVATIONS[activation](y)
+
+
+def gemm_into(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    sfa: torch.Tensor,
+    sfb: torch.Tensor,
+    a_format: str,
+    b_format: str,
+    b_interleaved: bool,
+    grouping: str,
+    group_index: torch.Tensor | None,
+    group_rows: int,
+    alpha: torch.Tensor | None,
+    alpha_scale: float,
+    bias: torch.Tensor | None,
+    residual: torch.Tensor | None,
+    activation: str,
+    out: torch.Tensor,
+    out_scales: torch.Tensor | None,
+    out_format: str,
+    schedule: str,
+    variant: int,
+    sm_count: int,
+    warps: int,
+    stages: int,
+    workspace: torch.Tensor | None,
+    pdl: bool,
+) -> None:
+    """`gemm` op: the GEMM result of docs/FORMATS.md written into `out` (schedule, variant, sm_count,
+    warps, stages, workspace and pdl pick how a kernel runs, never what it computes)."""
+    groups = b.shape[0] if b.dim() == 3 else 1
+    b_values = b.reshape(-1, b.shape[-1])
+    if b_interleaved:
+        b_values = deinterleave_rows(b_values)
+    a_dq = dequantize(a, sfa, FORMATS[a_format])
+    b_dq = dequantize(b_values, sfb, FORMATS[b_format])
+    group, owned = row_groups(grouping, a_dq.shape[0], groups, group_index, group_rows, a.device)
+    acc = gemm_accumulate(a_dq, b_dq, group, groups)
+    y = gemm_epilogue(acc, group, alpha, alpha_scale, bias, residual, activation).float()
+    if out_format in ("bf16", "fp16"):
+        flat = out.reshape(y.shape)
+        flat.copy_(torch.where(owned[:, None], y.to(out.dtype), flat))
+        return
+    if out_format == "nvfp4_from_fp16":
+        y = y.half().float()
+    codes, plain = quantize_blocks(y, NVFP4)
+    out.copy_(pack_nibbles(codes).reshape(out.shape))
+    out_scales.copy_(swizzle_scales(plain).reshape(out_scales.shape))
+
+
+def swiglu_quant_into(
+    input: torch.Tensor, counts: torch.Tensor, recipe: str, values: torch.Tensor, scales: torch.Tensor
+) -> None:
+    """`swiglu_quant` op: y = up * silu(gate) for input = [gate | up] rows, evaluated in float64 and
+    rounded once to float32, then quantized. Group g owns the first clamp(counts[g], 0, M) of its
+    M = rows / groups rows; other rows' values and scale bytes are not written."""
+    fmt = RECIPES[recipe][0]
+    rows, width = input.shape
+    hidden, groups = width // 2, counts.numel()
+    gate, up = input[:, :hidden].double(), input[:, hidden:].double()
+    y = (up * (gate / (1.0 + torch.exp(-gate)))).float()
+    codes, plain = quantize_blocks(y, fmt)
+    _, owned = row_groups("masked", rows, groups, counts, rows // groups, input.device)
+    stored = store_values(codes, fmt).view(values.dtype)
+    values.copy_(torch.where(owned[:, None], stored, values))
+    nkb = hidden // fmt.group
+    padded_owned = torch.ones(swizzled_scale_shape(rows, nkb)[0], dtype=torch.bool, device=input.device)
+    padded_owned[:rows] = owned
+    new_scales = swizzle_scales(plain)
+    rows_of_bytes = _rows_of_swizzled_bytes(new_scales.numel(), nkb, input.device)
+    flat = scales.reshape(-1)
+    flat.copy_(torch.where(padded_owned[rows_of_bytes], new_scales, flat))
+
+
+def _rows_of_swizzled_bytes(size: int, nkb: int, device: torch.device) -> torch.Tensor:
+    """Row index of every byte of a swizzled buffer (padding rows included)."""
+    rows = size // (_ceil_div(nkb, SF_TILE_COLS) * SF_TILE_COLS)
+    row_of = torch.empty(size, dtype=torch.long, device=device)
+    row_of[_grid_offsets(rows, _ceil_div(nkb, SF_TILE_COLS) * SF_TILE_COLS, device)] = torch.arange(
+        rows, device=device
+    )[:, None]
+    return row_of
+
+
+def routing_positions(topk_ids: torch.Tensor, experts: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each (token, slot): its position among the slots routed to the same expert, counting in
+    (token, slot) order, and each expert's true slot count. Slots with ids outside [0, experts)
+    are unrouted (position -1, counted nowhere)."""
+    ids = topk_ids.reshape(-1).long()
+    routed = (ids >= 0) & (ids < experts)
+    key = torch.where(routed, ids, experts)
+    sorted_key, order = torch.sort(key, stable=True)
+    counts = torch.zeros(experts + 1, dtype=torch.long, device=ids.device)
+    counts.scatter_add_(0, key, torch.ones_like(key))
+    starts = torch.cumsum(counts, 0) - counts
+    position = torch.empty_like(ids)
+    position[order] = torch.arange(ids.numel(), device=ids.device) - starts[sorted_key]
+    return torch.where(routed, position, -1).reshape(topk_ids.shape), counts[:experts]
+
+
+def broadcast_scale_bytes(scale: torch.Tensor, hidden: int) -> torch.Tensor:
+    """UE8M0 byte of every 32-element block of each token: int32 broadcast mode (byte j of column i
+    is the scale of 128-element group 4i + j, shared by its four blocks) or uint8 direct mode."""
+    if scale.dtype == torch.int32:
+        per_group = scale.contiguous().view(torch.uint8).reshape(scale.shape[0], hidden // 128)
+        return per_group.repeat_interleave(4, dim=1)
+    return scale.reshape(scale.shape[0], hidden // 32)
+
+
+def permute_into(
+    x: torch.Tensor,
+    scale: torch.Tensor,
+    topk_ids: torch.Tensor,
+    num_experts: int,
+    max_token_num: int,
+    permute_x: torch.Tensor,
+    out_scale: torch.Tensor,
+    index_map: torch.Tensor,
+    counts: torch.Tensor,
+) -> None:
+    """`permute_to_masked` op: each routed (token, slot) copies the token's row and its scale bytes to
+    row expert * max_token_num + position; positions >= max_token_num are dropped (index -1) while
+    counts keep the true totals. Rows no slot lands on are not written."""
+    tokens, topk = topk_ids.shape
+    hidden = x.shape[1]
+    position, true_counts = routing_positions(topk_ids, num_experts)
+    placed = (position >= 0) & (position < max_token_num)
+    index_map.copy_(torch.where(placed, position, -1).to(torch.int32))
+    counts.copy_(true_counts.reshape(counts.shape).to(torch.int32))
+
+    total_rows = num_experts * max_token_num
+    expert = topk_ids.long().clamp(0, num_experts - 1)
+    dest = torch.where(placed, expert * max_token_num + position, total_rows).reshape(-1)  # spare row
+    token = torch.arange(tokens, device=x.device).repeat_interleave(topk)
+    rows = torch.cat([permute_x, permute_x[:1]])
+    rows.index_copy_(0, dest, x[token])
+    permute_x.copy_(rows[:total_rows])
+
+    nkb = hidden // 32
+    sf = broadcast_scale_bytes(scale, hidden)[token]
+    offsets = _grid_offsets(total_rows, nkb, x.device)
+    spare = out_scale.numel()
+    byte_dest = torch.where(placed.reshape(-1, 1), offsets[dest.clamp(max=total_rows - 1)], spare)
+    flat = torch.cat([out_scale.reshape(-1), out_scale.reshape(-1)[:1]])
+    flat[byte_dest.reshape(-1)] = sf.reshape(-1)
+    out_scale.copy_(flat[:spare].reshape(out_scale.shape))
+
+
+def repack_into(b: torch.Tensor, out: torch.Tensor) -> None:
+    """`repack` op: row-major packed NVFP4 weight -> the streaming layout of interleave_rows."""
+    out.copy_(interleave_rows(b))
+
+
+# ---- public functions: halops-style family -----------------------------------------------------
+# Same names, signatures and return conventions as the package's functions; inputs are assumed
+# valid (the package checks them in _validate.py).
 
 
 def group_wise_quant(
     input: torch.Tensor, mode: str = "w8a8-mxfp8", use_swizzle: bool = True, use_pdl: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reference of fp4_gemm.group_wise_quant (use_pdl has no numeric effect)."""
     return quantize(input, MODES[mode], use_swizzle)
+
+
+def _halops_gemm(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    sfa: torch.Tensor,
+    sfb: torch.Tensor,
+    output: torch.Tensor,
+    bias: torch.Tensor | None,
+    alpha: torch.Tensor | None,
+    mode: str,
+    grouping: str,
+    group_index: torch.Tensor | None = None,
+    group_rows: int = 0,
+) -> None:
+    fmt = MODES[mode].name
+    gemm_into(
+        input, weight, sfa, sfb, fmt, fmt, False, grouping, group_index, group_rows, alpha, 1.0, bias, None,
+        "none", output, None, "bf16", "auto", -1, -1, 0, 0, None, True,
+    )  # fmt: skip
+
+
+def dense_gemm(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    sfa: torch.Tensor,
+    sfb: torch.Tensor,
+    output: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    alpha: torch.Tensor | None = None,
+    sm_count: int = -1,
+    mode: str = "w8a8-mxfp8",
+    use_pdl: bool = True,
+) -> None:
+    _halops_gemm(input, weight, sfa, sfb, output, bias, alpha, mode, "dense")
+
+
+def batch_gemm(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    sfa: torch.Tensor,
+    sfb: torch.Tensor,
+    output: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    alpha: torch.Tensor | None = None,
+    sm_count: int = -1,
+    mode: str = "w8a8-mxfp8",
+) -> None:
+    _halops_gemm(input, weight, sfa, sfb, output, bias, alpha, mode, "batched", None, input.shape[1])
+
+
+def group_contiguous_gemm(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    sfa: torch.Tensor,
+    sfb: torch.Tensor,
+    expert_ids: torch.Tensor,
+    output: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    alpha: torch.Tensor | None = None,
+    sm_count: int = -1,
+    mode: str = "w8a8-mxfp8",
+) -> None:
+    _halops_gemm(input, weight, sfa, sfb, output, bias, alpha, mode, "contiguous", expert_ids)
+
+
+def group_masked_gemm(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    sfa: torch.Tensor,
+    sfb: torch.Tensor,
+    masked_m: torch.Tensor,
+    output: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    alpha: torch.Tensor | None = None,
+    max_m_per_expert: int = 0,
+    sm_count: int = -1,
+    mode: str = "w8a8-mxfp8",
+) -> None:
+    _halops_gemm(input, weight, sfa, sfb, output, bias, alpha, mode, "masked", masked_m, max_m_per_expert)
+
+
+def swiglu_quant_outputs(rows: int, hidden: int, is_fp4: bool, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Zero-filled outputs of fused_swiglu_quant: rows a group does not own stay zero."""
+    fmt = NVFP4 if is_fp4 else MXFP8
+    dtype = torch.uint8 if is_fp4 else torch.float8_e4m3fn
+    values = torch.zeros(rows, fmt.stored_cols(hidden), dtype=dtype, device=device)
+    scales = torch.zeros(swizzled_scale_shape(rows, hidden // fmt.group), dtype=torch.uint8, device=device)
+    return values, scales
+
+
+def fused_swiglu_quant(
+    input: torch.Tensor, token_nums_per_expert: torch.Tensor, is_fp4: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    values, scales = swiglu_quant_outputs(input.shape[0], input.shape[1] // 2, is_fp4, input.device)
+    swiglu_quant_into(input, token_nums_per_expert, "nvfp4" if is_fp4 else "mxfp8", values, scales)
+    return values, scales
+
+
+def permute_outputs(
+    x: torch.Tensor, topk_ids: torch.Tensor, num_local_experts: int, max_token_num: int
+) -> tuple[torch.Tensor, ...]:
+    """Zero-filled outputs of prefill_permute_to_masked_gemm."""
+    rows, hidden = num_local_experts * max_token_num, x.shape[1]
+    return (
+        torch.zeros(rows, hidden, dtype=x.dtype, device=x.device),
+        torch.zeros(num_local_experts, max_token_num, hidden // 32, dtype=torch.uint8, device=x.device),
+        torch.empty(topk_ids.shape, dtype=torch.int32, device=x.device),
+        torch.empty(num_local_experts, 1, dtype=torch.int32, device=x.device),
+    )
+
+
+def prefill_permute_to_masked_gemm(
+    x: torch.Tensor, scale: torch.Tensor, topk_ids: torch.Tensor, num_local_experts: int, max_token_num: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    outputs = permute_outputs(x, topk_ids, num_local_experts, max_token_num)
+    permute_into(x, scale, topk_ids, num_local_experts, max_token_num, *outputs)
+    return outputs
+
+
+# ---- public functions: flashrt-style NVFP4 family ----------------------------------------------
+
+
+def sfa_size_bytes(rows: int, dim: int) -> int:
+    """Bytes of a swizzled NVFP4 scale buffer for a [rows, dim] matrix (blocks of 16)."""
+    return sf_bytes(rows, dim // NVFP4.group)
+
+
+def aligned_dim(dim: int, alignment: int) -> int:
+    return _ceil_div(dim, alignment) * alignment
+
+
+def fp4_outputs(rows: int, cols: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Packed [rows, cols/2] values and a flat scale buffer of sfa_size_bytes(rows, cols)."""
+    return (
+        torch.empty(rows, cols // 2, dtype=torch.uint8, device=device),
+        torch.empty(sfa_size_bytes(rows, cols), dtype=torch.uint8, device=device),
+    )
+
+
+def _quantize_flat(
+    x: Tensor, recipe: str, rows: int, cols: int, packed: OptTensor, sfa: OptTensor
+) -> tuple[Tensor, Tensor]:
+    if packed is None or sfa is None:
+        packed, sfa = fp4_outputs(rows, cols, x.device)
+    quantize_into(x, recipe, True, True, packed, sfa)
+    return packed, sfa
+
+
+def quantize_fp4_sfa_fp16(
+    x: torch.Tensor, packed: torch.Tensor | None = None, sfa: torch.Tensor | None = None, is_sfb: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _quantize_flat(x, "nvfp4", *x.shape, packed, sfa)
+
+
+def quantize_fp4_sfa_bf16(
+    x: torch.Tensor, packed: torch.Tensor | None = None, sfa: torch.Tensor | None = None, is_sfb: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _quantize_flat(x, "nvfp4", *x.shape, packed, sfa)
+
+
+def quantize_fp4_sfa_mse_fp16(
+    x: torch.Tensor, packed: torch.Tensor | None = None, sfa: torch.Tensor | None = None, is_sfb: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _quantize_flat(x, "nvfp4_mse", *x.shape, packed, sfa)
+
+
+def quantize_fp4_sfa_mse_bf16(
+    x: torch.Tensor, packed: torch.Tensor | None = None, sfa: torch.Tensor | None = None, is_sfb: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _quantize_flat(x, "nvfp4_mse", *x.shape, packed, sfa)
+
+
+def quantize_fp4_sfa_padded_bf16(
+    x: torch.Tensor, *, alignment: int = 32, is_sfb: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    rows, logical = x.shape
+    packed, sfa = _quantize_flat(x, "nvfp4", rows, aligned_dim(logical, alignment), None, None)
+    return packed, sfa, logical
+
+
+def padded_bias(bias: torch.Tensor | None, rows: int) -> torch.Tensor | None:
+    if bias is None:
+        return None
+    out = torch.zeros(rows, dtype=bias.dtype, device=bias.device)
+    out[: bias.numel()] = bias
+    return out
+
+
+def pack_nvfp4_weight_bf16(
+    weight: torch.Tensor, bias: torch.Tensor | None = None, *, alignment: int = 32, mse: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, tuple[int, int]]:
+    n, k = weight.shape
+    rows, cols = aligned_dim(n, alignment), aligned_dim(k, alignment)
+    packed, sfb = _quantize_flat(weight, "nvfp4_mse" if mse else "nvfp4", rows, cols, None, None)
+    return packed, sfb, padded_bias(bias, rows), (n, k)
+
+
+def quantize_e0m3_sfa_fp16(
+    x: torch.Tensor, packed: torch.Tensor | None = None, sfa: torch.Tensor | None = None, is_sfb: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _quantize_flat(x, "e0m3", *x.shape, packed, sfa)
+
+
+def dequantize_fp4_sfa_fp16(
+    packed: torch.Tensor, sfa: torch.Tensor, out: torch.Tensor | None = None, is_sfb: bool = False
+) -> torch.Tensor:
+    if out is None:
+        out = torch.empty(packed.shape[0], packed.shape[1] * 2, dtype=torch.float16, device=packed.device)
+    dequantize_into(packed, sfa, "nvfp4", True, out)
+    return out
+
+
+def gemm_outputs(m: int, n_out: int, out_format: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Fresh output of a flashrt-style GEMM: bf16/fp16 [m, n_out], or NVFP4 packed + flat scales."""
+    if out_format.startswith("nvfp4"):
+        return fp4_outputs(m, n_out, device)
+    return torch.empty(m, n_out, dtype=OUT_DTYPES[out_format], device=device), None
+
+
+OUT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def nvfp4_gemm(
+    a: Tensor,
+    b: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    *,
+    alpha: float = 1.0,
+    bias: OptTensor = None,
+    residual: OptTensor = None,
+    activation: str = "none",
+    out_format: str = "bf16",
+    out: OptTensor = None,
+    out_scales: OptTensor = None,
+    a_format: str = "nvfp4",
+    b_format: str = "nvfp4",
+    b_interleaved: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Every flashrt-style GEMM: A [M, K/2] and B [N, K/2] packed, with flat swizzled scales.
+
+    bf16/fp16 outputs return out [M, N_out]; NVFP4 outputs return (packed [M, N_out/2], scales of
+    sfa_size_bytes(M, N_out)). N_out is N, or N/2 for GeGLU.
+    """
+    n_out = b.shape[0] // 2 if activation == "geglu" else b.shape[0]
+    nvfp4_out = out_format.startswith("nvfp4")
+    if out is None or (nvfp4_out and out_scales is None):
+        out, out_scales = gemm_outputs(a.shape[0], n_out, out_format, a.device)
+    gemm_into(
+        a, b, sfa, sfb, a_format, b_format, b_interleaved, "dense", None, 0, None, alpha, bias, residual,
+        activation, out, out_scales, out_format, "auto", -1, -1, 0, 0, None, True,
+    )  # fmt: skip
+    return (out, out_scales) if nvfp4_out else out
+
+
+# One line each: the flashrt names over nvfp4_gemm (`variant`, `skinny`, `scratch`, `warps`, `stages`
+# and `workspace` choose a schedule in the kernels and have no numeric effect).
+
+
+def nvfp4_gemm_bf16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    alpha: float = 1.0,
+    out: OptTensor = None,
+    variant: int = -1,
+) -> Tensor:  # noqa: E501
+    return nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out)
+
+
+def nvfp4_gemm_fp16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    alpha: float = 1.0,
+    out: OptTensor = None,
+    variant: int = -1,
+) -> Tensor:  # noqa: E501
+    return nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, out_format="fp16")
+
+
+def nvfp4_gemm_variant_bf16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    alpha: float = 1.0,
+    out: OptTensor = None,
+    variant: int = 0,
+) -> Tensor:  # noqa: E501
+    return nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out)
+
+
+def fp4_w4a16_linear_bf16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    alpha: float = 1.0,
+    out: OptTensor = None,
+    variant: int = -1,
+) -> Tensor:  # noqa: E501
+    return nvfp4_gemm_bf16(a_packed, b_packed, sfa, sfb, alpha, out, variant)
+
+
+def nvfp4_gemm_streamk_bf16(
+    a_packed: Tensor, b_packed: Tensor, sfa: Tensor, sfb: Tensor, alpha: float = 1.0, out: OptTensor = None
+) -> Tensor:  # noqa: E501
+    return nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out)
+
+
+def nvfp4_gemm_streamk_bias_bf16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    bias: Tensor,
+    alpha: float = 1.0,
+    out: OptTensor = None,
+) -> Tensor:  # noqa: E501
+    return nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out)
+
+
+def nvfp4_gemm_bias_bf16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    bias: Tensor,
+    *,
+    alpha: float = 1.0,
+    out: OptTensor = None,
+) -> Tensor:  # noqa: E501
+    return nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out)
+
+
+def nvfp4_gemm_residual_bf16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    residual: Tensor,
+    alpha: float = 1.0,
+    out: OptTensor = None,
+) -> Tensor:  # noqa: E501
+    return nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, residual=residual, out=out)
+
+
+def nvfp4_gemm_bias_residual_bf16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    bias: Tensor,
+    residual: Tensor,
+    *,
+    alpha: float = 1.0,
+    out: OptTensor = None,
+) -> Tensor:  # noqa: E501
+    return nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, residual=residual, out=out)
+
+
+def nvfp4_gemm_bias_residual_fp16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    bias: Tensor,
+    residual: Tensor,
+    *,
+    alpha: float = 1.0,
+    out: OptTensor = None,
+) -> Tensor:  # noqa: E501
+    return nvfp4_gemm(
+        a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, residual=residual, out=out, out_format="fp16"
+    )  # noqa: E501
+
+
+def nvfp4_gemm_bias_gelu_bf16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    bias: Tensor,
+    alpha: float = 1.0,
+    out: OptTensor = None,
+) -> Tensor:  # noqa: E501
+    return nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, activation="gelu", out=out)
+
+
+def nvfp4_gemm_nvfp4(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    *,
+    alpha: float = 1.0,
+    out_packed: OptTensor = None,
+    out_sfa: OptTensor = None,
+) -> tuple[Tensor, Tensor]:  # noqa: E501
+    return nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out_format="nvfp4", out=out_packed, out_scales=out_sfa)  # noqa: E501
+
+
+def nvfp4_gemm_relu2_nvfp4(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    *,
+    alpha: float = 1.0,
+    out_packed: OptTensor = None,
+    out_sfa: OptTensor = None,
+) -> tuple[Tensor, Tensor]:  # noqa: E501
+    return nvfp4_gemm(
+        a_packed,
+        b_packed,
+        sfa,
+        sfb,
+        alpha=alpha,
+        activation="relu2",
+        out_format="nvfp4",
+        out=out_packed,
+        out_scales=out_sfa,
+    )  # noqa: E501
+
+
+def nvfp4_gemm_bias_gelu_nvfp4(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    bias: Tensor,
+    alpha: float = 1.0,
+    out_packed: OptTensor = None,
+    out_sfa: OptTensor = None,
+) -> tuple[Tensor, Tensor]:  # noqa: E501
+    return nvfp4_gemm(
+        a_packed,
+        b_packed,
+        sfa,
+        sfb,
+        alpha=alpha,
+        bias=bias,
+        activation="gelu",
+        out_format="nvfp4",
+        out=out_packed,
+        out_scales=out_sfa,
+    )  # noqa: E501
+
+
+def nvfp4_gemm_bias_gelu_nvfp4_fp16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    bias: Tensor,
+    *,
+    alpha: float = 1.0,
+    out_packed: OptTensor = None,
+    out_sfa: OptTensor = None,
+) -> tuple[Tensor, Tensor]:  # noqa: E501
+    return nvfp4_gemm(
+        a_packed,
+        b_packed,
+        sfa,
+        sfb,
+        alpha=alpha,
+        bias=bias,
+        activation="gelu",
+        out_format="nvfp4_from_fp16",
+        out=out_packed,
+        out_scales=out_sfa,
+    )  # noqa: E501
+
+
+def nvfp4_gemm_geglu_nvfp4_fp16(
+    a_packed: Tensor,
+    b_interleaved_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    *,
+    alpha: float = 1.0,
+    skinny: bool = False,
+    scratch: OptTensor = None,
+    out_packed: OptTensor = None,
+    out_sfa: OptTensor = None,
+) -> tuple[Tensor, Tensor]:  # noqa: E501
+    return nvfp4_gemm(
+        a_packed,
+        b_interleaved_packed,
+        sfa,
+        sfb,
+        alpha=alpha,
+        activation="geglu",
+        out_format="nvfp4_from_fp16",
+        out=out_packed,
+        out_scales=out_sfa,
+    )  # noqa: E501
+
+
+def cutlass_fp4_gemm_geglu_il_hw_v10(
+    a_packed: Tensor,
+    b_interleaved_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    *,
+    alpha: float = 1.0,
+    scratch: OptTensor = None,
+    out_packed: OptTensor = None,
+    out_sfa: OptTensor = None,
+) -> tuple[Tensor, Tensor]:  # noqa: E501
+    return nvfp4_gemm_geglu_nvfp4_fp16(
+        a_packed,
+        b_interleaved_packed,
+        sfa,
+        sfb,
+        alpha=alpha,
+        skinny=True,
+        scratch=scratch,
+        out_packed=out_packed,
+        out_sfa=out_sfa,
+    )  # noqa: E501
+
+
+def e0m3_weight_gemm_fp16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    *,
+    alpha: float = 1.0,
+    a_format: int = 1,
+    out: OptTensor = None,
+) -> Tensor:  # noqa: E501
+    a_fmt = "nvfp4" if a_format == 1 else "e0m3"
+    return nvfp4_gemm(
+        a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, out_format="fp16", a_format=a_fmt, b_format="e0m3"
+    )  # noqa: E501
+
+
+def fp4_repack_b_interleaved_sm120(b_packed: Tensor, *, out: OptTensor = None) -> Tensor:
+    out = torch.empty_like(b_packed) if out is None else out
+    repack_into(b_packed, out)
+    return out
+
+
+def fp4_w4a4_gemv_warpsplit_interleaved_bf16(
+    a_packed: Tensor,
+    b_interleaved: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    *,
+    alpha: float = 1.0,
+    warps: int = 8,
+    stages: int = 3,
+    out: OptTensor = None,
+) -> Tensor:  # noqa: E501
+    return nvfp4_gemm(a_packed, b_interleaved, sfa, sfb, alpha=alpha, out=out, b_interleaved=True)
+
+
+def fp4_w4a4_gemm_warpsplit_mrows_bf16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    *,
+    alpha: float = 1.0,
+    warps: int = 2,
+    stages: int = 6,
+    out: OptTensor = None,
+) -> Tensor:  # noqa: E501
+    return nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out)
+
+
+def nvfp4_gemm_m256_workspace_size(a_packed: Tensor, b_packed: Tensor, sfa: Tensor, sfb: Tensor) -> int:
+    """One int32 tile counter per 128 x 128 output tile, rounded up to 256 bytes."""
+    tiles = _ceil_div(a_packed.shape[0], 128) * _ceil_div(b_packed.shape[0], 128)
+    return _ceil_div(4 * tiles, 256) * 256
+
+
+def nvfp4_gemm_m256_bf16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    *,
+    workspace: OptTensor = None,
+    alpha: float = 1.0,
+    out: OptTensor = None,
+) -> Tensor:  # noqa: E501
+    return nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out)

@@ -1,0 +1,502 @@
+"""The flashrt-style NVFP4 API: quantizers, dequantizer, GEMMs with fused epilogues, the decode tiers.
+
+Conventions shared by every function here (docs/API.md has the full table):
+- A matrix [rows, K] is stored as packed E2M1 uint8 [rows, K/2] (element 2i in the low nibble) plus a
+  flat uint8 scale buffer of sfa_size_bytes(rows, K) bytes: UE4M3 per 16 elements in the CUTLASS
+  Sm1xx SfAtom layout. `is_sfb` is accepted for compatibility and does not change the layout.
+- GEMMs compute out = epilogue(alpha * A @ B^T) with A [M, K] and B [N, K]; alpha is a Python float.
+- `packed`/`sfa`/`out`/`out_packed`/`out_sfa` are optional caller buffers, checked then written.
+- NVFP4 outputs are (packed [M, N_out/2], scales of sfa_size_bytes(M, N_out)); `_fp16` in a name
+  means the result is rounded to fp16 before it is re-quantized.
+- `variant`, `skinny`, `scratch`, `warps`, `stages` and `workspace` pick a schedule; they never
+  change the result.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _validate, reference
+from ._ops import ops
+
+Tensor = torch.Tensor
+OptTensor = torch.Tensor | None
+
+
+# ---- quantizers -------------------------------------------------------------------------------
+
+
+def _quantize(x: Tensor, recipe: str, rows: int, cols: int, packed: OptTensor, sfa: OptTensor) -> tuple[Tensor, Tensor]:
+    if packed is None:
+        packed, sfa = reference.fp4_outputs(rows, cols, x.device)
+    ops.quantize(x, recipe, True, True, packed, sfa)
+    return packed, sfa
+
+
+def quantize_fp4_sfa_fp16(
+    x: Tensor, packed: OptTensor = None, sfa: OptTensor = None, is_sfb: bool = False
+) -> tuple[Tensor, Tensor]:
+    """NVFP4 of a float16 [rows, K] matrix (K % 16 == 0): (packed [rows, K/2], flat SfAtom scales)."""
+    _validate.fp4_quantizer(x, torch.float16, packed, sfa)
+    return _quantize(x, "nvfp4", *x.shape, packed, sfa)
+
+
+def quantize_fp4_sfa_bf16(
+    x: Tensor, packed: OptTensor = None, sfa: OptTensor = None, is_sfb: bool = False
+) -> tuple[Tensor, Tensor]:
+    """NVFP4 of a bfloat16 [rows, K] matrix, read directly (no cast): (packed, flat SfAtom scales)."""
+    _validate.fp4_quantizer(x, torch.bfloat16, packed, sfa)
+    return _quantize(x, "nvfp4", *x.shape, packed, sfa)
+
+
+def quantize_fp4_sfa_mse_fp16(
+    x: Tensor, packed: OptTensor = None, sfa: OptTensor = None, is_sfb: bool = False
+) -> tuple[Tensor, Tensor]:
+    """NVFP4 of float16 with each block's scale chosen by least squared error among the RTN scale code
+    and its neighbours (RTN code -1, +1, -2, +2): per block never worse than quantize_fp4_sfa_fp16."""
+    _validate.fp4_quantizer(x, torch.float16, packed, sfa)
+    return _quantize(x, "nvfp4_mse", *x.shape, packed, sfa)
+
+
+def quantize_fp4_sfa_mse_bf16(
+    x: Tensor, packed: OptTensor = None, sfa: OptTensor = None, is_sfb: bool = False
+) -> tuple[Tensor, Tensor]:
+    """quantize_fp4_sfa_mse_fp16 for bfloat16 input."""
+    _validate.fp4_quantizer(x, torch.bfloat16, packed, sfa)
+    return _quantize(x, "nvfp4_mse", *x.shape, packed, sfa)
+
+
+def quantize_fp4_sfa_padded_bf16(x: Tensor, *, alignment: int = 32, is_sfb: bool = False) -> tuple[Tensor, Tensor, int]:
+    """NVFP4 of a bfloat16 [rows, K] matrix zero-padded to K' = ceil(K / alignment) * alignment (the
+    kernel reads with bounds; no padded copy). Returns (packed [rows, K'/2], scales of
+    sfa_size_bytes(rows, K'), K). Bind-time helper: it allocates."""
+    _validate.padded_quantizer(x, alignment)
+    rows, logical = x.shape
+    packed, sfa = _quantize(x, "nvfp4", rows, reference.aligned_dim(logical, alignment), None, None)
+    return packed, sfa, logical
+
+
+def pack_nvfp4_weight_bf16(
+    weight: Tensor, bias: OptTensor = None, *, alignment: int = 32, mse: bool = False
+) -> tuple[Tensor, Tensor, OptTensor, tuple[int, int]]:
+    """Pack a logical bfloat16 weight [N, K] at bind time, zero-padding both N and K up to `alignment`.
+
+    Returns (packed [N', K'/2], sfb of sfa_size_bytes(N', K'), bias zero-padded to [N'] or None,
+    (N, K)). `mse` picks the least-squares scales of quantize_fp4_sfa_mse_bf16.
+    """
+    _validate.pack_weight(weight, bias, alignment)
+    n, k = weight.shape
+    rows, cols = reference.aligned_dim(n, alignment), reference.aligned_dim(k, alignment)
+    packed, sfb = _quantize(weight, "nvfp4_mse" if mse else "nvfp4", rows, cols, None, None)
+    return packed, sfb, reference.padded_bias(bias, rows), (n, k)
+
+
+def quantize_e0m3_sfa_fp16(
+    x: Tensor, packed: OptTensor = None, sfa: OptTensor = None, is_sfb: bool = False
+) -> tuple[Tensor, Tensor]:
+    """E0M3 (integers -7..7) of a float16 [rows, K] matrix with UE4M3 scales per 16 (sf = amax / 7)."""
+    _validate.fp4_quantizer(x, torch.float16, packed, sfa)
+    return _quantize(x, "e0m3", *x.shape, packed, sfa)
+
+
+def dequantize_fp4_sfa_fp16(packed: Tensor, sfa: Tensor, out: OptTensor = None, is_sfb: bool = False) -> Tensor:
+    """Exact float16 [rows, K] of packed NVFP4 [rows, K/2] and its flat SfAtom scales (NaN scale -> NaN)."""
+    _validate.dequantizer(packed, sfa, out)
+    if out is None:
+        out = torch.empty(packed.shape[0], packed.shape[1] * 2, dtype=torch.float16, device=packed.device)
+    ops.dequantize(packed, sfa, "nvfp4", True, out)
+    return out
+
+
+# ---- GEMMs ------------------------------------------------------------------------------------
+
+
+def _gemm(
+    a: Tensor,
+    b: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    *,
+    alpha: float,
+    bias: OptTensor = None,
+    residual: OptTensor = None,
+    activation: str = "none",
+    out_format: str = "bf16",
+    out: OptTensor = None,
+    out_scales: OptTensor = None,
+    a_format: str = "nvfp4",
+    b_format: str = "nvfp4",
+    b_interleaved: bool = False,
+    schedule: str = "auto",
+    variant: int = -1,
+    warps: int = 0,
+    stages: int = 0,
+    workspace: OptTensor = None,
+) -> Tensor | tuple[Tensor, Tensor]:
+    m, n_out, _ = _validate.nvfp4_gemm(
+        a, b, sfa, sfb, alpha=alpha, bias=bias, residual=residual, activation=activation,
+        out_format=out_format, out=out, out_scales=out_scales,
+    )  # fmt: skip
+    if out is None:
+        out, out_scales = reference.gemm_outputs(m, n_out, out_format, a.device)
+    ops.gemm(
+        a, b, sfa, sfb, a_format, b_format, b_interleaved, "dense", None, 0, None, float(alpha), bias, residual,
+        activation, out, out_scales, out_format, schedule, variant, -1, warps, stages, workspace, True,
+    )  # fmt: skip
+    return (out, out_scales) if out_format.startswith("nvfp4") else out
+
+
+def nvfp4_gemm_bf16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    alpha: float = 1.0,
+    out: OptTensor = None,
+    variant: int = -1,
+) -> Tensor:
+    """out = alpha * A @ B^T, bfloat16 [M, N]."""
+    _validate.variant(variant)
+    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, variant=variant)
+
+
+def nvfp4_gemm_fp16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    alpha: float = 1.0,
+    out: OptTensor = None,
+    variant: int = -1,
+) -> Tensor:
+    """out = alpha * A @ B^T, float16 [M, N]."""
+    _validate.variant(variant)
+    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, out_format="fp16", variant=variant)
+
+
+def nvfp4_gemm_variant_bf16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    alpha: float = 1.0,
+    out: OptTensor = None,
+    variant: int = 0,
+) -> Tensor:
+    """nvfp4_gemm_bf16 on an explicit schedule: variant is one of capabilities()['variants'] other than -1."""
+    _validate.variant(variant, allow_auto=False)
+    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, variant=variant)
+
+
+def fp4_w4a16_linear_bf16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    alpha: float = 1.0,
+    out: OptTensor = None,
+    variant: int = -1,
+) -> Tensor:
+    """Compatibility alias of nvfp4_gemm_bf16 (both operands are NVFP4, despite the name)."""
+    return nvfp4_gemm_bf16(a_packed, b_packed, sfa, sfb, alpha, out, variant)
+
+
+def nvfp4_gemm_streamk_bf16(
+    a_packed: Tensor, b_packed: Tensor, sfa: Tensor, sfb: Tensor, alpha: float = 1.0, out: OptTensor = None
+) -> Tensor:
+    """nvfp4_gemm_bf16 on a stream-K schedule (same result)."""
+    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, schedule="streamk")
+
+
+def nvfp4_gemm_streamk_bias_bf16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    bias: Tensor,
+    alpha: float = 1.0,
+    out: OptTensor = None,
+) -> Tensor:
+    """out = alpha * A @ B^T + bias on a stream-K schedule; bias [N] bf16/fp16/fp32."""
+    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out, schedule="streamk")
+
+
+def nvfp4_gemm_bias_bf16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    bias: Tensor,
+    *,
+    alpha: float = 1.0,
+    out: OptTensor = None,
+) -> Tensor:
+    """out = alpha * A @ B^T + bias, bfloat16 [M, N]; bias [N] bf16/fp16/fp32."""
+    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out)
+
+
+def nvfp4_gemm_residual_bf16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    residual: Tensor,
+    alpha: float = 1.0,
+    out: OptTensor = None,
+) -> Tensor:
+    """out = alpha * A @ B^T + residual; residual bfloat16 [M, N]."""
+    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, residual=residual, out=out)
+
+
+def nvfp4_gemm_bias_residual_bf16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    bias: Tensor,
+    residual: Tensor,
+    *,
+    alpha: float = 1.0,
+    out: OptTensor = None,
+) -> Tensor:
+    """out = alpha * A @ B^T + bias + residual, bfloat16 [M, N]."""
+    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, residual=residual, out=out)
+
+
+def nvfp4_gemm_bias_residual_fp16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    bias: Tensor,
+    residual: Tensor,
+    *,
+    alpha: float = 1.0,
+    out: OptTensor = None,
+) -> Tensor:
+    """out = alpha * A @ B^T + bias + residual, float16 [M, N]; residual float16 [M, N]."""
+    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, residual=residual, out=out, out_format="fp16")
+
+
+def nvfp4_gemm_bias_gelu_bf16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    bias: Tensor,
+    alpha: float = 1.0,
+    out: OptTensor = None,
+) -> Tensor:
+    """out = gelu(alpha * A @ B^T + bias) (exact erf GELU), bfloat16 [M, N]."""
+    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, activation="gelu", out=out)
+
+
+def nvfp4_gemm_nvfp4(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    *,
+    alpha: float = 1.0,
+    out_packed: OptTensor = None,
+    out_sfa: OptTensor = None,
+) -> tuple[Tensor, Tensor]:
+    """NVFP4 of alpha * A @ B^T (float32 result quantized): (packed [M, N/2], scales); N % 16 == 0."""
+    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out_format="nvfp4", out=out_packed, out_scales=out_sfa)
+
+
+def nvfp4_gemm_relu2_nvfp4(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    *,
+    alpha: float = 1.0,
+    out_packed: OptTensor = None,
+    out_sfa: OptTensor = None,
+) -> tuple[Tensor, Tensor]:
+    """NVFP4 of relu(alpha * A @ B^T)^2."""
+    return _gemm(
+        a_packed,
+        b_packed,
+        sfa,
+        sfb,
+        alpha=alpha,
+        activation="relu2",
+        out_format="nvfp4",
+        out=out_packed,
+        out_scales=out_sfa,
+    )
+
+
+def nvfp4_gemm_bias_gelu_nvfp4(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    bias: Tensor,
+    alpha: float = 1.0,
+    out_packed: OptTensor = None,
+    out_sfa: OptTensor = None,
+) -> tuple[Tensor, Tensor]:
+    """NVFP4 of gelu(alpha * A @ B^T + bias) (float32 result quantized)."""
+    return _gemm(
+        a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, activation="gelu", out_format="nvfp4",
+        out=out_packed, out_scales=out_sfa,
+    )  # fmt: skip
+
+
+def nvfp4_gemm_bias_gelu_nvfp4_fp16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    bias: Tensor,
+    *,
+    alpha: float = 1.0,
+    out_packed: OptTensor = None,
+    out_sfa: OptTensor = None,
+) -> tuple[Tensor, Tensor]:
+    """NVFP4 of gelu(alpha * A @ B^T + bias) rounded to fp16 first; bias [N] (fp16 in the seed API)."""
+    return _gemm(
+        a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, activation="gelu", out_format="nvfp4_from_fp16",
+        out=out_packed, out_scales=out_sfa,
+    )  # fmt: skip
+
+
+def nvfp4_gemm_geglu_nvfp4_fp16(
+    a_packed: Tensor,
+    b_interleaved_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    *,
+    alpha: float = 1.0,
+    skinny: bool = False,
+    scratch: OptTensor = None,
+    out_packed: OptTensor = None,
+    out_sfa: OptTensor = None,
+) -> tuple[Tensor, Tensor]:
+    """GeGLU over an interleaved weight: B row 2j is gate j, row 2j+1 is up j; y = alpha * A @ B^T,
+    out[:, j] = gelu(y[:, 2j]) * y[:, 2j+1], rounded to fp16, then NVFP4: (packed [M, N/4], scales of
+    sfa_size_bytes(M, N/2)). `skinny` picks a schedule; `scratch` is accepted and unused."""
+    return _gemm(
+        a_packed, b_interleaved_packed, sfa, sfb, alpha=alpha, activation="geglu", out_format="nvfp4_from_fp16",
+        out=out_packed, out_scales=out_sfa, schedule="skinny" if skinny else "auto",
+    )  # fmt: skip
+
+
+def cutlass_fp4_gemm_geglu_il_hw_v10(
+    a_packed: Tensor,
+    b_interleaved_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    *,
+    alpha: float = 1.0,
+    scratch: OptTensor = None,
+    out_packed: OptTensor = None,
+    out_sfa: OptTensor = None,
+) -> tuple[Tensor, Tensor]:
+    """nvfp4_gemm_geglu_nvfp4_fp16 with skinny=True (the seed API's name for that schedule)."""
+    return nvfp4_gemm_geglu_nvfp4_fp16(
+        a_packed,
+        b_interleaved_packed,
+        sfa,
+        sfb,
+        alpha=alpha,
+        skinny=True,
+        scratch=scratch,
+        out_packed=out_packed,
+        out_sfa=out_sfa,
+    )
+
+
+def e0m3_weight_gemm_fp16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    *,
+    alpha: float = 1.0,
+    a_format: int = 1,
+    out: OptTensor = None,
+) -> Tensor:
+    """out = alpha * A @ B^T, float16 [M, N], with E0M3 weights B (quantize_e0m3_sfa_fp16) and
+    activations A in E2M1 (a_format=1, NVFP4) or E0M3 (a_format=0)."""
+    a_fmt = _validate.e0m3_a_format(a_format)
+    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, out_format="fp16", a_format=a_fmt, b_format="e0m3")
+
+
+# ---- decode and large-M tiers -----------------------------------------------------------------
+
+
+def fp4_repack_b_interleaved_sm120(b_packed: Tensor, *, out: OptTensor = None) -> Tensor:
+    """Repack a packed NVFP4 weight [N, K/2] (N % 8 == 0, K % 64 == 0) once, at bind time, into the
+    streaming layout of fp4_w4a4_gemv_warpsplit_interleaved_bf16: same shape and dtype, tiles of
+    8 rows x 64 elements (8 x 32 bytes) stored contiguously, K-tile fastest. Runs on every arch."""
+    _validate.repack(b_packed, out)
+    out = torch.empty_like(b_packed) if out is None else out
+    ops.repack(b_packed, out)
+    return out
+
+
+def fp4_w4a4_gemv_warpsplit_interleaved_bf16(
+    a_packed: Tensor,
+    b_interleaved: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    *,
+    alpha: float = 1.0,
+    warps: int = 8,
+    stages: int = 3,
+    out: OptTensor = None,
+) -> Tensor:
+    """M = 1 decode GEMV over a repacked weight: out = alpha * a @ B^T, bfloat16 [1, N]; sfb is the
+    original weight's scales. warps in {2, 4, 8}, stages in [1, 8]."""
+    _validate.gemv(a_packed.shape[0], b_interleaved.shape[0], a_packed.shape[1] * 2, warps, stages)
+    return _gemm(
+        a_packed, b_interleaved, sfa, sfb, alpha=alpha, out=out, b_interleaved=True, schedule="gemv",
+        warps=warps, stages=stages,
+    )  # fmt: skip
+
+
+def fp4_w4a4_gemm_warpsplit_mrows_bf16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    *,
+    alpha: float = 1.0,
+    warps: int = 2,
+    stages: int = 6,
+    out: OptTensor = None,
+) -> Tensor:
+    """Speculative-verify tier on the standard layout: 1 <= M <= 16, N % 8 == 0, K % (64 * warps) == 0,
+    warps in {2, 4, 8}. out = alpha * A @ B^T, bfloat16 [M, N]."""
+    _validate.mrows(a_packed.shape[0], b_packed.shape[0], a_packed.shape[1] * 2, warps, stages)
+    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, schedule="mrows", warps=warps, stages=stages)
+
+
+def nvfp4_gemm_m256_workspace_size(a_packed: Tensor, b_packed: Tensor, sfa: Tensor, sfb: Tensor) -> int:
+    """Workspace bytes of nvfp4_gemm_m256_bf16 for these shapes. Allocate it once, before graph capture."""
+    _validate.nvfp4_gemm(
+        a_packed, b_packed, sfa, sfb, alpha=1.0, bias=None, residual=None, activation="none",
+        out_format="bf16", out=None, out_scales=None,
+    )  # fmt: skip
+    return reference.nvfp4_gemm_m256_workspace_size(a_packed, b_packed, sfa, sfb)
+
+
+def nvfp4_gemm_m256_bf16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    *,
+    workspace: OptTensor = None,
+    alpha: float = 1.0,
+    out: OptTensor = None,
+) -> Tensor:
+    """Large-M tier (M >= 512) of nvfp4_gemm_bf16 with a caller-owned workspace of at least
+    nvfp4_gemm_m256_workspace_size(...) bytes; pass the same workspace on every graph replay."""
+    required = nvfp4_gemm_m256_workspace_size(a_packed, b_packed, sfa, sfb)
+    _validate.m256(a_packed, workspace, required)
+    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, schedule="m256", workspace=workspace)
