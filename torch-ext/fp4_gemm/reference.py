@@ -397,8 +397,9 @@ def dequantize_into(values: torch.Tensor, scales: torch.Tensor, recipe: str, swi
 
 
 def gelu(y: torch.Tensor) -> torch.Tensor:
-    """The exact (erf) GELU."""
-    return 0.5 * y * (1.0 + torch.erf(y * 0.5**0.5))
+    """The exact (erf) GELU, y * Phi(y), written with erfc so the negative tail keeps its precision
+    (1 + erf(y / sqrt 2) cancels catastrophically there)."""
+    return 0.5 * y * torch.special.erfc(-y * 0.5**0.5)
 
 
 ACTIVATIONS = {
