@@ -77,12 +77,15 @@ def _quantizer(dtype: torch.dtype) -> Callable[[int], tuple[list, dict]]:
 
 
 def _permute(seed: int) -> tuple[list, dict]:
+    """Even seeds: bf16 tokens with int32 broadcast scales; odd seeds: E4M3 tokens with uint8 scales."""
     tokens, hidden, topk = 50, 512, 3
     g = torch.Generator().manual_seed(seed)
-    x = _rand(tokens, hidden, seed=seed)
-    scale = torch.randint(100, 140, (tokens, hidden // 512), generator=g, dtype=torch.int32) * 0x01010101
     ids = torch.randint(-1, E, (tokens, topk), generator=g, dtype=torch.int64)
-    return [x, scale, ids, E, 128], {}
+    if seed % 2 == 0:
+        scale = torch.randint(100, 140, (tokens, hidden // 512), generator=g, dtype=torch.int32) * 0x01010101
+        return [_rand(tokens, hidden, seed=seed), scale, ids, E, 128], {}
+    scale = torch.randint(100, 140, (tokens, hidden // 32), generator=g, dtype=torch.int32).to(torch.uint8)
+    return [_rand(tokens, hidden, seed=seed, dtype=torch.float8_e4m3fn), scale, ids, E, 128], {}
 
 
 CASES: dict[str, Callable[[int], tuple[list, dict]]] = {

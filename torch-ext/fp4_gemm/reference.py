@@ -596,9 +596,10 @@ def permute_into(
     expert = topk_ids.long().clamp(0, num_experts - 1)
     dest = torch.where(placed, expert * max_token_num + position, total_rows).reshape(-1)  # spare row
     token = torch.arange(tokens, device=x.device).repeat_interleave(topk)
-    rows = torch.cat([permute_x, permute_x[:1]])
-    rows.index_copy_(0, dest, x[token])
-    permute_x.copy_(rows[:total_rows])
+    target = permute_x.view(torch.uint8)  # bytes: index_copy_ has no float8 kernels
+    rows = torch.cat([target, target[:1]])
+    rows.index_copy_(0, dest, x.view(torch.uint8)[token])
+    target.copy_(rows[:total_rows])
 
     nkb = hidden // 32
     sf = broadcast_scale_bytes(scale, hidden)[token]
