@@ -8,10 +8,16 @@ import torch
 pytestmark = pytest.mark.kernels_ci
 
 
-def swiglu64(x: torch.Tensor) -> torch.Tensor:
-    hidden = x.shape[1] // 2
-    gate, up = x[:, :hidden].double(), x[:, hidden:].double()
-    return (up * torch.nn.functional.silu(gate)).float()
+def test_swiglu_float32_is_within_a_few_ulp_of_float64(ref):
+    gate, up = torch.randn(4096) * 8, torch.randn(4096)
+    exact = up.double() * torch.nn.functional.silu(gate.double())
+    got = ref.swiglu_float32(gate, up).double()
+    assert ((got - exact).abs() <= 4e-7 * exact.abs() + 1e-38).all()
+
+
+def test_exp_float32_keeps_nan_and_saturates_at_the_clamp(ref):
+    got = ref.exp_float32(torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0]))
+    assert got[0].isnan() and got[1] > 1e38 and 0 < got[2] < 1e-37 and got[3] == 1.0
 
 
 @pytest.mark.parametrize("is_fp4", [False, True])
@@ -23,7 +29,8 @@ def test_fused_swiglu_quant_quantizes_owned_rows_and_zeroes_the_rest(fp4, ref, i
     fmt = ref.NVFP4 if is_fp4 else ref.MXFP8
     assert values.dtype == (torch.uint8 if is_fp4 else torch.float8_e4m3fn)
     assert tuple(scales.shape) == ref.swizzled_scale_shape(e * m, hidden // fmt.group)
-    expected_values, expected_scales = ref.quantize(swiglu64(x), fmt, swizzle=True)
+    y = ref.swiglu_float32(x[:, :hidden], x[:, hidden:])
+    expected_values, expected_scales = ref.quantize(y, fmt, swizzle=True)
     plain = ref.unswizzle_scales(scales, e * m, hidden // fmt.group)
     expected_plain = ref.unswizzle_scales(expected_scales, e * m, hidden // fmt.group)
     for g, count in enumerate(counts.tolist()):

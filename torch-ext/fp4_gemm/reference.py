@@ -512,17 +512,43 @@ def gemm_into(
     out_scales.copy_(swizzle_scales(plain).reshape(out_scales.shape))
 
 
+# SwiGLU in float32 with every step rounded on its own, so kernels reproduce it bit for bit: exp is
+# Cody-Waite reduction by ln 2 and a degree-6 Taylor polynomial (about 2 ulp), then IEEE division.
+EXP_LOG2E, EXP_LN2_HI, EXP_LN2_LO = 1.44269504, 0.693145751953125, 1.428606765330187e-06
+EXP_TAYLOR = (1 / 720, 1 / 120, 1 / 24, 1 / 6, 1 / 2, 1.0, 1.0)  # highest degree first
+EXP_MIN, EXP_MAX = -87.0, 88.0  # 2^n stays a normal float32
+
+
+def exp_float32(x: torch.Tensor) -> torch.Tensor:
+    """exp of float32 x, step by step: n = rint(x * log2 e), r = (x - n * ln2_hi) - n * ln2_lo,
+    p = Horner(r) (each product and sum rounded), result p * 2^n; x is clamped to [-87, 88]; NaN stays NaN."""
+    f32 = lambda c: torch.tensor(c, dtype=torch.float32, device=x.device)  # noqa: E731
+    clamped = x.float().clamp(EXP_MIN, EXP_MAX)
+    n = torch.round(clamped * f32(EXP_LOG2E))
+    r = (clamped - n * f32(EXP_LN2_HI)) - n * f32(EXP_LN2_LO)
+    p = f32(EXP_TAYLOR[0]).expand_as(r)
+    for c in EXP_TAYLOR[1:]:
+        p = p * r + f32(c)
+    power = ((n.to(torch.int32) + 127) << 23).view(torch.float32)
+    return torch.where(x.isnan(), x, p * power)
+
+
+def swiglu_float32(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """up * silu(gate) = up * (gate / (1 + exp(-gate))) in float32, each step rounded on its own."""
+    gate, up = gate.float(), up.float()
+    return up * (gate / (1.0 + exp_float32(-gate)))
+
+
 def swiglu_quant_into(
     input: torch.Tensor, counts: torch.Tensor, recipe: str, values: torch.Tensor, scales: torch.Tensor
 ) -> None:
-    """`swiglu_quant` op: y = up * silu(gate) for input = [gate | up] rows, evaluated in float64 and
-    rounded once to float32, then quantized. Group g owns the first clamp(counts[g], 0, M) of its
-    M = rows / groups rows; other rows' values and scale bytes are not written."""
+    """`swiglu_quant` op: y = swiglu_float32(gate, up) for input = [gate | up] rows, then quantized.
+    Group g owns the first clamp(counts[g], 0, M) of its M = rows / groups rows; other rows' values and
+    scale bytes are not written."""
     fmt = RECIPES[recipe][0]
     rows, width = input.shape
     hidden, groups = width // 2, counts.numel()
-    gate, up = input[:, :hidden].double(), input[:, hidden:].double()
-    y = (up * (gate / (1.0 + torch.exp(-gate)))).float()
+    y = swiglu_float32(input[:, :hidden], input[:, hidden:])
     codes, plain = quantize_blocks(y, fmt)
     _, owned = row_groups("masked", rows, groups, counts, rows // groups, input.device)
     stored = store_values(codes, fmt).view(values.dtype)
