@@ -243,7 +243,9 @@ def test_m256_tier_matches_the_plain_gemm(fp4):
     a, b, sfa, sfb = nvfp4_pair(512, 32, 64, seed=17)
     workspace = torch.zeros(fp4.nvfp4_gemm_m256_workspace_size(a, b, sfa, sfb), dtype=torch.uint8)
     assert workspace.numel() == 256  # ceil(4 * 4 * 1 / 256) * 256
-    assert torch.equal(fp4.nvfp4_gemm_m256_bf16(a, b, sfa, sfb, workspace=workspace), fp4.nvfp4_gemm_bf16(a, b, sfa, sfb))
+    assert torch.equal(
+        fp4.nvfp4_gemm_m256_bf16(a, b, sfa, sfb, workspace=workspace), fp4.nvfp4_gemm_bf16(a, b, sfa, sfb)
+    )
 
 
 def test_caller_output_buffers_are_written_and_returned(fp4):

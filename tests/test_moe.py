@@ -44,7 +44,9 @@ def test_fused_swiglu_quant_quantizes_owned_rows_and_zeroes_the_rest(fp4, ref, i
 def routing_case():
     ids = torch.tensor([[0, 1], [1, -1], [0, 0], [5, 1]], dtype=torch.int64)
     x = torch.arange(4 * 512, dtype=torch.float32).reshape(4, 512).to(torch.bfloat16)
-    scale_bytes = torch.tensor([[10, 11, 12, 13], [20, 21, 22, 23], [30, 31, 32, 33], [40, 41, 42, 43]], dtype=torch.uint8)
+    scale_bytes = torch.tensor(
+        [[10, 11, 12, 13], [20, 21, 22, 23], [30, 31, 32, 33], [40, 41, 42, 43]], dtype=torch.uint8
+    )
     scale = scale_bytes.view(torch.int32)  # [4, 1]: byte j scales 128-element group j
     return x, scale, ids, scale_bytes
 

@@ -103,6 +103,8 @@ def test_dequantize_fp4_sfa_is_exact(fp4, ref):
     assert ((out.float() - x.float()).norm() / x.float().norm()) < 0.12
 
 
-@pytest.mark.parametrize("rows,dim,expected", [(1, 16, 512), (128, 64, 512), (129, 64, 1024), (300, 5120, 3 * 80 * 512)])
+@pytest.mark.parametrize(
+    "rows,dim,expected", [(1, 16, 512), (128, 64, 512), (129, 64, 1024), (300, 5120, 3 * 80 * 512)]
+)
 def test_sfa_size_bytes_counts_whole_tiles(fp4, rows, dim, expected):
     assert fp4.sfa_size_bytes(rows, dim) == expected

@@ -38,7 +38,6 @@ import torch  # noqa: E402
 import torch.utils.cpp_extension as cpp_extension  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-BUILD = ROOT / "build"
 PACKAGE = "fp4_gemm"
 PY_LIMITED_API = "0x03090000"  # abi3: loads in any CPython >= 3.9
 SOURCE_SUFFIXES = (".cu", ".cpp", ".cc")
@@ -60,6 +59,9 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--archs", help="comma- or space-separated capabilities to build, e.g. '9.0a'")
     parser.add_argument("-j", "--jobs", type=int, default=2, help="parallel compilations (a CUTLASS unit needs ~5 GB)")
+    parser.add_argument(
+        "--build-dir", type=Path, default=ROOT / "build", help="where the variant goes (default build/)"
+    )
     return parser.parse_args()
 
 
@@ -329,7 +331,8 @@ def main() -> None:
     for section in sections:
         print(f"  [kernel.{section.name}] {' '.join(section.capabilities)}: {len(section.sources)} unit(s)")
 
-    work = BUILD / "_work"
+    build = args.build_dir.resolve()
+    work = build / "_work"
     (work / "gen").mkdir(parents=True, exist_ok=True)
     (work / "gen" / "registration.h").write_text(REGISTRATION_H)
     for stale in work.glob("_fp4_gemm_*.abi3.so"):
@@ -342,9 +345,9 @@ def main() -> None:
     run_ninja(work, args.jobs)
     elapsed = time.time() - started
 
-    variant = BUILD / variant_name(cuda)
+    variant = build / variant_name(cuda)
     write_variant(variant, library, ops_name, config, archs)
-    print(f"build time {elapsed:.1f} s -> {variant.relative_to(ROOT)}")
+    print(f"build time {elapsed:.1f} s -> {variant}")
 
 
 if __name__ == "__main__":

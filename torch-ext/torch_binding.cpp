@@ -5,6 +5,7 @@
 #include "torch-ext/torch_binding.h"
 
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
@@ -14,7 +15,9 @@
 #include "csrc/common/types.h"
 #include "csrc/gemm/backends.h"
 #include "csrc/quant/dequantize.h"
+#include "csrc/quant/permute.h"
 #include "csrc/quant/quantize.h"
+#include "csrc/quant/swiglu_quant.h"
 #include "registration.h"
 
 namespace {
@@ -87,6 +90,102 @@ void dequantize_cuda(const at::Tensor& values, const at::Tensor& scales, std::st
   fp4_gemm::dequantize(problem, at::cuda::getCurrentCUDAStream());
 }
 
+void swiglu_quant_cuda(const at::Tensor& input, const at::Tensor& counts, std::string_view recipe,
+                       at::Tensor& values, at::Tensor& scales) {
+  TORCH_CHECK(input.dim() == 2 && input.scalar_type() == at::kBFloat16 && input.is_contiguous(),
+              "fp4_gemm.swiglu_quant: input must be a contiguous 2-D bfloat16 tensor");
+  TORCH_CHECK(counts.dim() == 1 && counts.scalar_type() == at::kInt && counts.is_contiguous() &&
+                  counts.numel() >= 1 && counts.device() == input.device(),
+              "fp4_gemm.swiglu_quant: counts must be a contiguous 1-D int32 tensor on the input's device");
+  TORCH_CHECK(recipe == "mxfp8" || recipe == "nvfp4", "fp4_gemm.swiglu_quant: recipe must be mxfp8 or nvfp4");
+  const bool fp4 = recipe == "nvfp4";
+  const int64_t group = fp4 ? 16 : 32;
+  const int64_t rows = input.size(0);
+  const int64_t hidden = input.size(1) / 2;
+  TORCH_CHECK(input.size(1) % (2 * group) == 0 && rows % counts.numel() == 0,
+              "fp4_gemm.swiglu_quant: input must be [groups * M, 2 * hidden], hidden a multiple of ", group);
+  TORCH_CHECK(values.is_contiguous() && values.scalar_type() == (fp4 ? at::kByte : at::kFloat8_e4m3fn) &&
+                  values.numel() == rows * (fp4 ? hidden / 2 : hidden),
+              "fp4_gemm.swiglu_quant: values must be contiguous ",
+              fp4 ? "uint8 [rows, hidden / 2]" : "float8_e4m3fn [rows, hidden]");
+  const auto grid = fp4_gemm::scale_grid(fp4_gemm::ScaleLayout::Swizzled, rows, hidden / group);
+  TORCH_CHECK(scales.is_contiguous() && scales.scalar_type() == at::kByte && scales.numel() == grid.rows * grid.cols,
+              "fp4_gemm.swiglu_quant: scales must be a contiguous uint8 buffer of ", grid.rows * grid.cols, " bytes");
+  TORCH_CHECK(values.device() == input.device() && scales.device() == input.device(),
+              "fp4_gemm.swiglu_quant: values and scales must be on the input's device");
+  const c10::cuda::CUDAGuard guard(input.device());
+  fp4_gemm::SwigluQuantProblem problem;
+  problem.input = input.data_ptr();
+  problem.counts = counts.data_ptr<int32_t>();
+  problem.rows = rows;
+  problem.hidden = hidden;
+  problem.groups = counts.numel();
+  problem.recipe = parse_recipe(recipe);
+  problem.values = values.data_ptr();
+  problem.scales = scales.data_ptr<uint8_t>();
+  fp4_gemm::swiglu_quant(problem, at::cuda::getCurrentCUDAStream());
+}
+
+void permute_to_masked_cuda(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& topk_ids,
+                            int64_t num_experts, int64_t max_token_num, at::Tensor& permute_x, at::Tensor& out_scale,
+                            at::Tensor& index_map, at::Tensor& counts) {
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() &&
+                  (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat8_e4m3fn),
+              "fp4_gemm.permute_to_masked: x must be a contiguous 2-D bfloat16 or float8_e4m3fn tensor");
+  const int64_t tokens = x.size(0);
+  const int64_t hidden = x.size(1);
+  const bool broadcast = scale.scalar_type() == at::kInt;
+  TORCH_CHECK(scale.dim() == 2 && scale.is_contiguous() && (broadcast || scale.scalar_type() == at::kByte) &&
+                  scale.size(0) == tokens && scale.size(1) * (broadcast ? 512 : 32) == hidden,
+              "fp4_gemm.permute_to_masked: scale must be contiguous int32 [tokens, hidden / 512] or uint8 "
+              "[tokens, hidden / 32]");
+  TORCH_CHECK(topk_ids.dim() == 2 && topk_ids.is_contiguous() && topk_ids.scalar_type() == at::kLong &&
+                  topk_ids.size(0) == tokens && topk_ids.size(1) >= 1 && topk_ids.numel() <= INT32_MAX,
+              "fp4_gemm.permute_to_masked: topk_ids must be contiguous int64 [tokens, topk], below 2^31 slots");
+  TORCH_CHECK(num_experts >= 1 && num_experts <= fp4_gemm::kPermuteMaxExperts && max_token_num >= 1,
+              "fp4_gemm.permute_to_masked: num_experts must be in [1, ", fp4_gemm::kPermuteMaxExperts,
+              "] and max_token_num positive");
+  const int64_t rows = num_experts * max_token_num;
+  const auto grid = fp4_gemm::scale_grid(fp4_gemm::ScaleLayout::Swizzled, rows, hidden / 32);
+  TORCH_CHECK(permute_x.is_contiguous() && permute_x.scalar_type() == x.scalar_type() &&
+                  permute_x.numel() == rows * hidden,
+              "fp4_gemm.permute_to_masked: permute_x must be contiguous [num_experts * max_token_num, hidden] of "
+              "x's type");
+  TORCH_CHECK(out_scale.is_contiguous() && out_scale.scalar_type() == at::kByte &&
+                  out_scale.numel() >= grid.rows * grid.cols,
+              "fp4_gemm.permute_to_masked: out_scale must be a contiguous uint8 buffer of ", grid.rows * grid.cols,
+              " bytes");
+  TORCH_CHECK(index_map.is_contiguous() && index_map.scalar_type() == at::kInt &&
+                  index_map.numel() == topk_ids.numel() && counts.is_contiguous() &&
+                  counts.scalar_type() == at::kInt && counts.numel() == num_experts,
+              "fp4_gemm.permute_to_masked: index_map must be int32 [tokens, topk] and counts int32 [num_experts, 1]");
+  const auto on_x_device = [&x](const at::Tensor& t) { return t.device() == x.device(); };
+  TORCH_CHECK(on_x_device(scale) && on_x_device(topk_ids) && on_x_device(permute_x) && on_x_device(out_scale) &&
+                  on_x_device(index_map) && on_x_device(counts),
+              "fp4_gemm.permute_to_masked: every tensor must be on x's device");
+  const c10::cuda::CUDAGuard guard(x.device());
+  // Per-chunk counters from the caching allocator: stream-ordered, so this works inside CUDA graphs.
+  const at::Tensor workspace = at::empty({fp4_gemm::permute_workspace_elements(topk_ids.numel(), num_experts)},
+                                         topk_ids.options().dtype(at::kInt));
+  fp4_gemm::PermuteProblem problem;
+  problem.x = x.data_ptr();
+  problem.tokens = tokens;
+  problem.row_bytes = hidden * x.element_size();
+  problem.hidden = hidden;
+  problem.scale = static_cast<const uint8_t*>(scale.data_ptr());
+  problem.broadcast_scale = broadcast;
+  problem.topk_ids = topk_ids.data_ptr<int64_t>();
+  problem.topk = topk_ids.size(1);
+  problem.experts = num_experts;
+  problem.max_token_num = max_token_num;
+  problem.permute_x = permute_x.data_ptr();
+  problem.out_scale = out_scale.data_ptr<uint8_t>();
+  problem.index_map = index_map.data_ptr<int32_t>();
+  problem.counts = counts.data_ptr<int32_t>();
+  problem.workspace = workspace.data_ptr<int32_t>();
+  fp4_gemm::permute_to_masked(problem, at::cuda::getCurrentCUDAStream());
+}
+
 std::vector<int64_t> gemm_backend_archs() {
   std::vector<int64_t> archs;
   for (const auto arch : fp4_gemm::gemm_backends()) archs.push_back(static_cast<int64_t>(arch));
@@ -117,11 +216,13 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   // SwiGLU (input = [gate | up]) then quantization (recipe mxfp8 or nvfp4) of each group's first
   // counts[g] rows; other rows are not written.
   ops.def("swiglu_quant(Tensor input, Tensor counts, str recipe, Tensor(a!) values, Tensor(b!) scales) -> ()");
+  ops.impl("swiglu_quant", c10::kCUDA, &swiglu_quant_cuda);
 
   // MoE routing: tokens (and their UE8M0 scales) into a padded [experts * max_token_num] layout.
   ops.def(
       "permute_to_masked(Tensor x, Tensor scale, Tensor topk_ids, int num_experts, int max_token_num, "
       "Tensor(a!) permute_x, Tensor(b!) out_scale, Tensor(c!) index_map, Tensor(d!) counts) -> ()");
+  ops.impl("permute_to_masked", c10::kCUDA, &permute_to_masked_cuda);
 
   // Row-major packed NVFP4 weight -> the streaming layout of the decode GEMV.
   ops.def("repack(Tensor b, Tensor(a!) out) -> ()");
@@ -130,7 +231,9 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def("gemm_backend_archs() -> int[]", &gemm_backend_archs);
 
   // The ops above with a CUDA kernel in this library; the others run the reference on the GPU.
-  ops.def("native_cuda_ops() -> str[]", []() -> std::vector<std::string> { return {"quantize", "dequantize"}; });
+  ops.def("native_cuda_ops() -> str[]", []() -> std::vector<std::string> {
+    return {"quantize", "dequantize", "swiglu_quant", "permute_to_masked"};
+  });
 }
 
 REGISTER_EXTENSION(TORCH_EXTENSION_NAME)

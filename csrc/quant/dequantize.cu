@@ -9,6 +9,7 @@
 
 #include <stdexcept>
 
+#include "csrc/common/dequant.cuh"
 #include "csrc/common/formats.cuh"
 #include "csrc/common/launch.cuh"
 #include "csrc/quant/dequantize.h"
@@ -40,6 +41,52 @@ __device__ __forceinline__ float from_float(float v) { return v; }
 
 __device__ __forceinline__ bool aligned16(const void* ptr) {
   return reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
+}
+
+// Values of one block's codes (E4M3 bytes, or packed nibbles) times its scale, in Out. UE4M3-scaled
+// recipes into a 16-bit type stay in paired 16-bit arithmetic (exact, see dequant.cuh); the rest
+// decode to fp16 (exact) and multiply in float32.
+template <class Traits, class Out>
+__device__ __forceinline__ void decode_block(const uint8_t* codes, uint8_t scale_byte, Out* y) {
+  constexpr int G = Traits::kGroup;
+  constexpr bool kPaired = (std::is_same_v<Traits, Nvfp4Recipe> || std::is_same_v<Traits, E0m3Recipe>) &&
+                           !std::is_same_v<Out, float>;
+  if constexpr (kPaired) {
+#pragma unroll
+    for (int w = 0; w < G / 8; ++w) {
+      typename Pair<Out>::Type v[4];
+      const uint32_t word = reinterpret_cast<const uint32_t*>(codes)[w];
+      if constexpr (Traits::kElement == ElementCodec::E2M1) {
+        dequant_e2m1x8<Out>(word, v);
+      } else {
+        dequant_e0m3x8<Out>(word, v);
+      }
+      scale_ue4m3<Out>(v, scale_byte);
+#pragma unroll
+      for (int p = 0; p < 4; ++p) reinterpret_cast<typename Pair<Out>::Type*>(y)[4 * w + p] = v[p];
+    }
+  } else {
+    constexpr int kPerWord = Traits::kElement == ElementCodec::E4M3 ? 4 : 8;
+    const float scale = Traits::decode_scale(scale_byte);
+#pragma unroll
+    for (int w = 0; w < G / kPerWord; ++w) {
+      __half2 v[4];
+      const uint32_t word = reinterpret_cast<const uint32_t*>(codes)[w];
+      if constexpr (Traits::kElement == ElementCodec::E4M3) {
+        dequant_e4m3x4<__half>(word, reinterpret_cast<__half2(&)[2]>(v));
+      } else if constexpr (Traits::kElement == ElementCodec::E2M1) {
+        dequant_e2m1x8<__half>(word, v);
+      } else {
+        dequant_e0m3x8<__half>(word, v);
+      }
+#pragma unroll
+      for (int p = 0; p < kPerWord / 2; ++p) {
+        const float2 f = __half22float2(v[p]);  // exact; NaN scale -> NaN block
+        y[kPerWord * w + 2 * p] = from_float<Out>(f.x * scale);
+        y[kPerWord * w + 2 * p + 1] = from_float<Out>(f.y * scale);
+      }
+    }
+  }
 }
 
 template <class Traits, class Out, ScaleLayout kLayout>
@@ -78,14 +125,8 @@ __global__ void __launch_bounds__(kThreads) dequantize_kernel(const DequantizePa
 #pragma unroll
   for (int b = 0; b < kBlocks; ++b) {
     if (b == blocks) break;
-    const float scale = Traits::decode_scale(__ldg(p.scales + scale_index(kLayout, row, kb0 + b, p.nkb)));
     alignas(16) Out y[G];
-#pragma unroll
-    for (int i = 0; i < G; ++i) {
-      const int e = b * G + i;
-      const uint8_t code = kByteCodes ? bytes[e] : uint8_t((bytes[e / 2] >> (4 * (e % 2))) & 0xF);
-      y[i] = from_float<Out>(decode_element<Traits::kElement>(code) * scale);  // NaN under a NaN scale
-    }
+    decode_block<Traits>(bytes + b * kBlockValueBytes, __ldg(p.scales + scale_index(kLayout, row, kb0 + b, p.nkb)), y);
     if (vector_stores) {
 #pragma unroll
       for (int v = 0; v < kBlockOutVectors; ++v) {

@@ -75,10 +75,10 @@ def built_archs() -> list[str]:
 
 
 def op_status(op: str, arch: str, built: list[str]) -> str:
-    if ARCHS[arch] not in built:
-        return "unsupported"
     if op not in NATIVE_CUDA_OPS:
-        return "reference"
+        return "reference"  # PyTorch ops on the device: any CUDA GPU
+    if ARCHS[arch] not in built:
+        return "unsupported"  # the kernel exists, but this build has no code for the arch
     return "native" if arch in RUN_ARCHS else "native (compile-verified)"
 
 

@@ -37,7 +37,7 @@ def group_wise_quant(
     (values, scales): float8_e4m3fn [m, k] (mxfp8) or uint8 [m, k/2] packed E2M1 (element 2i in the
     low nibble); uint8 scales (UE8M0 for the MX modes, UE4M3 for nvfp4).
     """
-    fmt = _validate.group_wise_quant(input, mode)
+    fmt = _validate.group_wise_quant(input, mode, use_swizzle, use_pdl)
     rows, cols = input.shape
     dtype = torch.float8_e4m3fn if fmt.element_bits == 8 else torch.uint8
     values = torch.empty(rows, fmt.stored_cols(cols), dtype=dtype, device=input.device)
@@ -110,6 +110,7 @@ def batch_gemm(
     input [B, M, K], weight [B, N, K] (packed as in dense_gemm); sfa over the B*M rows, sfb over the
     B*N rows; output bfloat16 [B, M, N]; bias bfloat16 [B, N]; alpha float32 [B].
     """
+    _validate.tensor("input", input, dtypes=(torch.float8_e4m3fn, torch.uint8), ndim=3)
     _gemm("batched", mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, None, input.shape[1])
 
 

@@ -84,7 +84,7 @@ def pack_nvfp4_weight_bf16(
     Returns (packed [N', K'/2], sfb of sfa_size_bytes(N', K'), bias zero-padded to [N'] or None,
     (N, K)). `mse` picks the least-squares scales of quantize_fp4_sfa_mse_bf16.
     """
-    _validate.pack_weight(weight, bias, alignment)
+    _validate.pack_weight(weight, bias, alignment, mse)
     n, k = weight.shape
     rows, cols = reference.aligned_dim(n, alignment), reference.aligned_dim(k, alignment)
     packed, sfb = _quantize(weight, "nvfp4_mse" if mse else "nvfp4", rows, cols, None, None)
@@ -218,6 +218,7 @@ def nvfp4_gemm_streamk_bias_bf16(
     out: OptTensor = None,
 ) -> Tensor:
     """out = alpha * A @ B^T + bias on a stream-K schedule; bias [N] bf16/fp16/fp32."""
+    _validate.required(bias=bias)
     return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out, schedule="streamk")
 
 
@@ -232,6 +233,7 @@ def nvfp4_gemm_bias_bf16(
     out: OptTensor = None,
 ) -> Tensor:
     """out = alpha * A @ B^T + bias, bfloat16 [M, N]; bias [N] bf16/fp16/fp32."""
+    _validate.required(bias=bias)
     return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out)
 
 
@@ -245,6 +247,7 @@ def nvfp4_gemm_residual_bf16(
     out: OptTensor = None,
 ) -> Tensor:
     """out = alpha * A @ B^T + residual; residual bfloat16 [M, N]."""
+    _validate.required(residual=residual)
     return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, residual=residual, out=out)
 
 
@@ -260,6 +263,7 @@ def nvfp4_gemm_bias_residual_bf16(
     out: OptTensor = None,
 ) -> Tensor:
     """out = alpha * A @ B^T + bias + residual, bfloat16 [M, N]."""
+    _validate.required(bias=bias, residual=residual)
     return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, residual=residual, out=out)
 
 
@@ -275,6 +279,7 @@ def nvfp4_gemm_bias_residual_fp16(
     out: OptTensor = None,
 ) -> Tensor:
     """out = alpha * A @ B^T + bias + residual, float16 [M, N]; residual float16 [M, N]."""
+    _validate.required(bias=bias, residual=residual)
     return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, residual=residual, out=out, out_format="fp16")
 
 
@@ -288,6 +293,7 @@ def nvfp4_gemm_bias_gelu_bf16(
     out: OptTensor = None,
 ) -> Tensor:
     """out = gelu(alpha * A @ B^T + bias) (exact erf GELU), bfloat16 [M, N]."""
+    _validate.required(bias=bias)
     return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, activation="gelu", out=out)
 
 
@@ -340,6 +346,7 @@ def nvfp4_gemm_bias_gelu_nvfp4(
     out_sfa: OptTensor = None,
 ) -> tuple[Tensor, Tensor]:
     """NVFP4 of gelu(alpha * A @ B^T + bias) (float32 result quantized)."""
+    _validate.required(bias=bias)
     return _gemm(
         a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, activation="gelu", out_format="nvfp4",
         out=out_packed, out_scales=out_sfa,
@@ -358,6 +365,7 @@ def nvfp4_gemm_bias_gelu_nvfp4_fp16(
     out_sfa: OptTensor = None,
 ) -> tuple[Tensor, Tensor]:
     """NVFP4 of gelu(alpha * A @ B^T + bias) rounded to fp16 first; bias [N] (fp16 in the seed API)."""
+    _validate.required(bias=bias)
     return _gemm(
         a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, activation="gelu", out_format="nvfp4_from_fp16",
         out=out_packed, out_scales=out_sfa,
@@ -452,7 +460,7 @@ def fp4_w4a4_gemv_warpsplit_interleaved_bf16(
 ) -> Tensor:
     """M = 1 decode GEMV over a repacked weight: out = alpha * a @ B^T, bfloat16 [1, N]; sfb is the
     original weight's scales. warps in {2, 4, 8}, stages in [1, 8]."""
-    _validate.gemv(a_packed.shape[0], b_interleaved.shape[0], a_packed.shape[1] * 2, warps, stages)
+    _validate.gemv(a_packed, b_interleaved, warps, stages)
     return _gemm(
         a_packed, b_interleaved, sfa, sfb, alpha=alpha, out=out, b_interleaved=True, schedule="gemv",
         warps=warps, stages=stages,
@@ -472,7 +480,7 @@ def fp4_w4a4_gemm_warpsplit_mrows_bf16(
 ) -> Tensor:
     """Speculative-verify tier on the standard layout: 1 <= M <= 16, N % 8 == 0, K % (64 * warps) == 0,
     warps in {2, 4, 8}. out = alpha * A @ B^T, bfloat16 [M, N]."""
-    _validate.mrows(a_packed.shape[0], b_packed.shape[0], a_packed.shape[1] * 2, warps, stages)
+    _validate.mrows(a_packed, b_packed, warps, stages)
     return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, schedule="mrows", warps=warps, stages=stages)
 
 

@@ -27,6 +27,7 @@ MAX_STAGES = 8
 MROWS_MAX_M = 16
 M256_MIN_M = 512
 VARIANTS = (0, 1, 2)  # default, widen, pingpong; -1 picks by shape
+MAX_PERMUTE_EXPERTS = 8192
 
 
 def fail(rule: str) -> NoReturn:
@@ -82,6 +83,12 @@ def optional(name: str, t: object, **rules: object) -> torch.Tensor | None:
     return None if t is None else tensor(name, t, **rules)
 
 
+def required(**arguments: object) -> None:
+    for name, value in arguments.items():
+        if value is None:
+            fail(f"{name} is required by this function (got None)")
+
+
 def same_device(**tensors: torch.Tensor | None) -> torch.device:
     given = {name: t for name, t in tensors.items() if t is not None}
     devices = {t.device for t in given.values()}
@@ -120,15 +127,15 @@ def sm_count(value: object) -> None:
 
 
 def multiple(name: str, value: int, of: int, why: str) -> None:
-    if value % of != 0:
-        fail(f"{name} ({value}) must be a multiple of {of} ({why})")
+    if value <= 0 or value % of != 0:
+        fail(f"{name} ({value}) must be a positive multiple of {of} ({why})")
 
 
 # ---- quantizers -------------------------------------------------------------------------------
 
 
-def mode_format(mode: str) -> BlockFormat:
-    if mode not in reference.MODES:
+def mode_format(mode: object) -> BlockFormat:
+    if not isinstance(mode, str) or mode not in reference.MODES:
         fail(f"mode must be one of {sorted(reference.MODES)}, got {mode!r}")
     return reference.MODES[mode]
 
@@ -139,11 +146,12 @@ def quantize_input(name: str, x: object, dtypes: Sequence[torch.dtype], group: i
     return x
 
 
-def group_wise_quant(input: torch.Tensor, mode: str) -> BlockFormat:
+def group_wise_quant(input: torch.Tensor, mode: str, use_swizzle: object, use_pdl: object) -> BlockFormat:
     fmt = mode_format(mode)
+    boolean("use_swizzle", use_swizzle)
+    boolean("use_pdl", use_pdl)
     tensor("input", input, dtypes=HALF_DTYPES, ndim=2)
-    if input.shape[1] % fmt.group != 0:
-        fail(f"input.shape[1] (K = {input.shape[1]}) must be a multiple of {fmt.group} in mode {mode!r}")
+    multiple("input.shape[1] (K)", input.shape[1], fmt.group, f"blocks of {fmt.group} in mode {mode!r}")
     return fmt
 
 
@@ -170,9 +178,10 @@ def padded_quantizer(x: object, align: object) -> None:
     alignment(align)
 
 
-def pack_weight(weight: object, bias: object, align: object) -> None:
+def pack_weight(weight: object, bias: object, align: object, mse: object) -> None:
     tensor("weight", weight, dtypes=(torch.bfloat16,), ndim=2)
     alignment(align)
+    boolean("mse", mse)
     optional("bias", bias, dtypes=(torch.bfloat16,), shape=(weight.shape[0],))
     same_device(weight=weight, bias=bias)
 
@@ -180,6 +189,7 @@ def pack_weight(weight: object, bias: object, align: object) -> None:
 def dequantizer(packed: object, sfa: object, out: object) -> None:
     tensor("packed", packed, dtypes=(torch.uint8,), ndim=2)
     rows, cols = packed.shape[0], packed.shape[1] * 2
+    multiple("K (2 * packed.shape[1])", cols, 16, "NVFP4 blocks of 16")
     scale_buffer("sfa", sfa, rows, cols // 16)
     optional("out", out, dtypes=(torch.float16,), shape=(rows, cols))
     same_device(packed=packed, sfa=sfa, out=out)
@@ -188,9 +198,18 @@ def dequantizer(packed: object, sfa: object, out: object) -> None:
 # ---- flashrt-style GEMMs ----------------------------------------------------------------------
 
 
+def integer(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def boolean(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        fail(f"{name} must be a bool, got {type(value).__name__}")
+
+
 def variant(value: object, *, allow_auto: bool = True) -> int:
     allowed = ((-1,) if allow_auto else ()) + VARIANTS
-    if value not in allowed:
+    if not integer(value) or value not in allowed:
         fail(f"variant must be one of {allowed} (capabilities()['variants']), got {value!r}")
     return value
 
@@ -211,9 +230,7 @@ def nvfp4_gemm(
     bias_dtypes: Sequence[torch.dtype] = BIAS_DTYPES,
 ) -> tuple[int, int, int]:
     """Operands, epilogue tensors and caller outputs of every flashrt-style GEMM; returns (M, N_out, K)."""
-    tensor("a_packed", a, dtypes=(torch.uint8,), ndim=2)
-    tensor("b_packed", b, dtypes=(torch.uint8,), ndim=2)
-    m, n, k = a.shape[0], b.shape[0], a.shape[1] * 2
+    m, n, k = packed_shape(a, b)
     if b.shape[1] * 2 != k:
         fail(f"a_packed and b_packed must have the same K: a gives {k}, b gives {b.shape[1] * 2}")
     multiple("K", k, 16, "NVFP4 blocks of 16")
@@ -243,13 +260,21 @@ def nvfp4_gemm(
 
 
 def skinny_knobs(warps: object, stages: object) -> None:
-    if warps not in SKINNY_WARPS:
+    if not integer(warps) or warps not in SKINNY_WARPS:
         fail(f"warps must be one of {SKINNY_WARPS}, got {warps!r}")
     if not isinstance(stages, int) or isinstance(stages, bool) or not 1 <= stages <= MAX_STAGES:
         fail(f"stages must be an integer in [1, {MAX_STAGES}], got {stages!r}")
 
 
-def mrows(m: int, n: int, k: int, warps: object, stages: object) -> None:
+def packed_shape(a: object, b: object) -> tuple[int, int, int]:
+    """(M, N, K) of packed operands, after checking they are 2-D uint8 tensors."""
+    tensor("a_packed", a, dtypes=(torch.uint8,), ndim=2)
+    tensor("b_packed", b, dtypes=(torch.uint8,), ndim=2)
+    return a.shape[0], b.shape[0], a.shape[1] * 2
+
+
+def mrows(a: object, b: object, warps: object, stages: object) -> None:
+    m, n, k = packed_shape(a, b)
     skinny_knobs(warps, stages)
     if not 1 <= m <= MROWS_MAX_M:
         fail(f"fp4_w4a4_gemm_warpsplit_mrows_bf16 needs 1 <= M <= {MROWS_MAX_M}, got M={m}")
@@ -257,7 +282,8 @@ def mrows(m: int, n: int, k: int, warps: object, stages: object) -> None:
     multiple("K", k, 64 * warps, "64 * warps: each warp takes whole 64-element slices")
 
 
-def gemv(m: int, n: int, k: int, warps: object, stages: object) -> None:
+def gemv(a: object, b: object, warps: object, stages: object) -> None:
+    m, n, k = packed_shape(a, b)
     skinny_knobs(warps, stages)
     if m != 1:
         fail(f"fp4_w4a4_gemv_warpsplit_interleaved_bf16 serves M = 1 only, got M={m}")
@@ -291,7 +317,7 @@ def m256(a: torch.Tensor, workspace: object, required: int) -> None:
 
 
 def e0m3_a_format(value: object) -> str:
-    if value not in (0, 1):
+    if not integer(value) or value not in (0, 1):
         fail(f"a_format must be 1 (E2M1 activations) or 0 (E0M3 activations), got {value!r}")
     return "nvfp4" if value == 1 else "e0m3"
 
@@ -385,8 +411,7 @@ def valid_counts(name: str, counts: torch.Tensor, maximum: int) -> None:
 
 
 def swiglu_quant(input: object, counts: object, is_fp4: object) -> None:
-    if not isinstance(is_fp4, bool):
-        fail(f"is_fp4 must be a bool, got {type(is_fp4).__name__}")
+    boolean("is_fp4", is_fp4)
     group = 16 if is_fp4 else 32
     tensor("input", input, dtypes=(torch.bfloat16,), ndim=2)
     multiple("input.shape[1] (2 * hidden_size)", input.shape[1], 2 * group, f"gate and up halves of blocks of {group}")
@@ -412,6 +437,10 @@ def permute(x: object, scale: object, topk_ids: object, experts: object, max_tok
     if topk_ids.shape[0] != tokens:
         fail(f"topk_ids must have one row per token ({tokens}), got {tuple(topk_ids.shape)}")
     positive_int("num_local_experts", experts)
+    if experts > MAX_PERMUTE_EXPERTS:
+        fail(
+            f"num_local_experts must be <= {MAX_PERMUTE_EXPERTS} (one shared-memory counter per expert), got {experts}"
+        )
     positive_int("max_token_num", max_token_num, 128)
     multiple("max_token_num", max_token_num, 128, "whole 128-row scale tiles per expert")
     same_device(x=x, scale=scale, topk_ids=topk_ids)

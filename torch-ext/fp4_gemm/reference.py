@@ -522,13 +522,14 @@ EXP_MIN, EXP_MAX = -87.0, 88.0  # 2^n stays a normal float32
 def exp_float32(x: torch.Tensor) -> torch.Tensor:
     """exp of float32 x, step by step: n = rint(x * log2 e), r = (x - n * ln2_hi) - n * ln2_lo,
     p = Horner(r) (each product and sum rounded), result p * 2^n; x is clamped to [-87, 88]; NaN stays NaN."""
-    f32 = lambda c: torch.tensor(c, dtype=torch.float32, device=x.device)  # noqa: E731
+    # Python-float constants take the tensor's dtype: each is rounded to float32, as in the kernels,
+    # and no host-to-device copy happens (the function runs inside CUDA graph captures).
     clamped = x.float().clamp(EXP_MIN, EXP_MAX)
-    n = torch.round(clamped * f32(EXP_LOG2E))
-    r = (clamped - n * f32(EXP_LN2_HI)) - n * f32(EXP_LN2_LO)
-    p = f32(EXP_TAYLOR[0]).expand_as(r)
+    n = torch.round(clamped * EXP_LOG2E)
+    r = (clamped - n * EXP_LN2_HI) - n * EXP_LN2_LO
+    p = torch.full_like(r, EXP_TAYLOR[0])
     for c in EXP_TAYLOR[1:]:
-        p = p * r + f32(c)
+        p = p * r + c
     power = ((n.to(torch.int32) + 127) << 23).view(torch.float32)
     return torch.where(x.isnan(), x, p * power)
 

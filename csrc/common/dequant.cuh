@@ -1,0 +1,107 @@
+// Exact operand dequantization to 16-bit floats, eight elements at a time: what the GEMM mainloops
+// and the dequantize kernel share (docs/FORMATS.md; reference: reference.dequantize).
+//
+// Every E2M1, E0M3 and E4M3 value is exact in fp16 and bf16, and so is its product with a UE4M3
+// scale (at most 2 + 4 significant bits, magnitudes 2^-10 .. 2688), so NVFP4 and E0M3 operands
+// dequantize exactly in 16-bit arithmetic: decode by placing the code bits into a half/bfloat16
+// pattern, then one paired multiply by the block scale. UE8M0 scales (2^-127 .. 2^127) leave the
+// fp16 range: MX operands are decoded here and multiplied by their scale in float32.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "csrc/common/formats.cuh"
+
+namespace fp4_gemm {
+
+template <class T>
+struct Pair;
+template <>
+struct Pair<__half> {
+  using Type = __half2;
+  // Code bits placed at the bottom of the exponent field: value * 2^-14 (fp16) for E2M1.
+  static constexpr int kExponentShift = 10;
+  static constexpr uint32_t kE2M1Unbias = 0x74007400u;  // 2^14, 2^14
+  static constexpr uint32_t kIntegerBase = 0x64006400u;  // 1024, 1024: 1024 + m is exact
+};
+template <>
+struct Pair<__nv_bfloat16> {
+  using Type = __nv_bfloat162;
+  static constexpr int kExponentShift = 7;
+  static constexpr uint32_t kE2M1Unbias = 0x7E807E80u;  // 2^126, 2^126
+  static constexpr uint32_t kIntegerBase = 0x43004300u;  // 128, 128: 128 + m is exact
+};
+
+template <class T>
+__device__ __forceinline__ typename Pair<T>::Type pair_from_bits(uint32_t bits) {
+  return *reinterpret_cast<const typename Pair<T>::Type*>(&bits);
+}
+
+// Nibbles k (low half) and k + 1 (high half) of `codes` as sign and magnitude bit fields of a pair.
+__device__ __forceinline__ uint32_t nibble_pair(uint32_t codes, int k) {
+  const uint32_t two = codes >> (4 * k);
+  return (two & 0xFu) | ((two & 0xF0u) << 12);
+}
+
+// Eight E2M1 codes (element i in nibble i) -> their values as four pairs. s.ee.m becomes the 16-bit
+// pattern s | ee (bottom of the exponent) | m (top mantissa bit); times 2^(bias - 1) that is the
+// E2M1 value, subnormal (ee = 0) included.
+template <class T>
+__device__ __forceinline__ void dequant_e2m1x8(uint32_t codes, typename Pair<T>::Type (&out)[4]) {
+  constexpr int kShift = Pair<T>::kExponentShift - 1;
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    const uint32_t n = nibble_pair(codes, 2 * p);
+    const uint32_t bits = ((n & 0x00080008u) << 12) | ((n & 0x00070007u) << kShift);
+    out[p] = __hmul2(pair_from_bits<T>(bits), pair_from_bits<T>(Pair<T>::kE2M1Unbias));
+  }
+}
+
+// Eight E0M3 codes -> values: (base + m) - base is exactly m, then the sign bit.
+template <class T>
+__device__ __forceinline__ void dequant_e0m3x8(uint32_t codes, typename Pair<T>::Type (&out)[4]) {
+  const auto base = pair_from_bits<T>(Pair<T>::kIntegerBase);
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    const uint32_t n = nibble_pair(codes, 2 * p);
+    const auto magnitude = __hsub2(pair_from_bits<T>(Pair<T>::kIntegerBase | (n & 0x00070007u)), base);
+    const uint32_t sign = (n & 0x00080008u) << 12;
+    const uint32_t bits = *reinterpret_cast<const uint32_t*>(&magnitude) | sign;
+    out[p] = pair_from_bits<T>(bits);
+  }
+}
+
+// Four E4M3 bytes -> values as two pairs (the hardware conversion is exact: E4M3 fits fp16).
+template <class T>
+__device__ __forceinline__ void dequant_e4m3x4(uint32_t bytes, typename Pair<T>::Type (&out)[2]) {
+#pragma unroll
+  for (int p = 0; p < 2; ++p) {
+    const __nv_fp8x2_storage_t two = __nv_fp8x2_storage_t(bytes >> (16 * p));
+    const __half2 h = __half2(__nv_cvt_fp8x2_to_halfraw2(two, __NV_E4M3));
+    if constexpr (std::is_same_v<T, __half>) {
+      out[p] = h;
+    } else {
+      out[p] = __float22bfloat162_rn(__half22float2(h));
+    }
+  }
+}
+
+// Values times a UE4M3 block scale: exact, so the 16-bit multiply is the contract's rounding.
+template <class T>
+__device__ __forceinline__ void scale_ue4m3(typename Pair<T>::Type (&values)[4], uint8_t scale) {
+  const float s = ue4m3_decode(scale);
+  typename Pair<T>::Type pair;
+  if constexpr (std::is_same_v<T, __half>) {
+    pair = __float2half2_rn(s);
+  } else {
+    pair = __float2bfloat162_rn(s);
+  }
+#pragma unroll
+  for (int p = 0; p < 4; ++p) values[p] = __hmul2(values[p], pair);
+}
+
+}  // namespace fp4_gemm

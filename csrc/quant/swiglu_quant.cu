@@ -1,0 +1,152 @@
+// Fused SwiGLU + quantization kernel: one thread per (row, block) of the swizzled scale grid,
+// padding rows and columns included, like the quantize kernel.
+//
+// A thread first reads its group's count (a cached 4-byte load shared by the whole group) and
+// leaves at once when its row is not owned: such rows cost no reads and are never written. Owned
+// blocks read g gate and g up values (16-byte loads; consecutive threads take consecutive blocks
+// of a row, so a warp reads one contiguous stretch of gate and one of up), evaluate
+// swiglu_float32 (math.cuh) per element and quantize the block with the recipe's quantize_block.
+// Padding columns of owned rows and padding rows of the grid get scale 0.
+#include <cuda_bf16.h>
+
+#include <stdexcept>
+
+#include "csrc/common/formats.cuh"
+#include "csrc/common/launch.cuh"
+#include "csrc/common/math.cuh"
+#include "csrc/quant/swiglu_quant.h"
+
+namespace fp4_gemm {
+namespace {
+
+constexpr int kThreads = 256;
+
+struct SwigluQuantParams {
+  const __nv_bfloat16* input;
+  const int32_t* counts;
+  int64_t rows, hidden, rows_per_group;
+  int64_t nkb;
+  ScaleGrid grid;
+  uint8_t* values;
+  uint8_t* scales;
+  bool vector_loads;   // input is 16-byte aligned (rows and blocks then are too)
+  bool vector_stores;  // values are aligned to a whole stored block (up to 16 bytes)
+};
+
+// Stored bytes of a block of G element codes: E4M3 one byte each, E2M1 two per byte (element 2i in
+// the low nibble).
+template <ElementCodec kCodec, int G>
+constexpr int kStoredBytes = kCodec == ElementCodec::E4M3 ? G : G / 2;
+
+template <int G>
+__device__ __forceinline__ void load_bf16(const __nv_bfloat16* src, bool vector_loads, float* x) {
+  if (vector_loads) {
+#pragma unroll
+    for (int v = 0; v < G / 8; ++v) {
+      const uint4 chunk = __ldg(reinterpret_cast<const uint4*>(src) + v);
+      const __nv_bfloat16* halves = reinterpret_cast<const __nv_bfloat16*>(&chunk);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) x[v * 8 + i] = __bfloat162float(halves[i]);
+    }
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < G; ++i) x[i] = __bfloat162float(src[i]);
+}
+
+template <ElementCodec kCodec, int G>
+__device__ __forceinline__ void store_codes(uint8_t* dst, const uint8_t* codes, bool vector_stores) {
+  constexpr int kBytes = kStoredBytes<kCodec, G>;
+  alignas(16) uint8_t bytes[kBytes];
+#pragma unroll
+  for (int i = 0; i < kBytes; ++i) {
+    bytes[i] = kCodec == ElementCodec::E4M3 ? codes[i] : uint8_t(codes[2 * i] | (codes[2 * i + 1] << 4));
+  }
+  if (vector_stores) {
+    if constexpr (kBytes % 16 == 0) {
+#pragma unroll
+      for (int v = 0; v < kBytes / 16; ++v) reinterpret_cast<uint4*>(dst)[v] = reinterpret_cast<const uint4*>(bytes)[v];
+    } else {
+      static_assert(kBytes == 8, "an MXFP8 block is 32 bytes, an NVFP4 block 8");
+      *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(bytes);
+    }
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < kBytes; ++i) dst[i] = bytes[i];
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(kThreads) swiglu_quant_kernel(const SwigluQuantParams p) {
+  griddep_wait();
+  griddep_launch_dependents();
+  constexpr int G = Traits::kGroup;
+  constexpr int kBlockBytes = kStoredBytes<Traits::kElement, G>;
+
+  const int64_t index = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (index >= p.grid.rows * p.grid.cols) return;
+  const int64_t row = index / p.grid.cols;
+  const int64_t kb = index % p.grid.cols;
+
+  uint8_t scale = 0;  // padding rows, and padding columns of owned rows
+  if (row < p.rows) {
+    const int64_t group = row / p.rows_per_group;
+    // Owned iff row - group * M < clamp(count, 0, M); as row - group * M is in [0, M), comparing
+    // with the raw count is the same test (a negative count owns nothing, one above M everything).
+    if (row - group * p.rows_per_group >= int64_t(__ldg(p.counts + group))) return;
+    if (kb < p.nkb) {
+      const __nv_bfloat16* gate = p.input + row * 2 * p.hidden + kb * G;
+      float y[G], up[G];
+      load_bf16<G>(gate, p.vector_loads, y);
+      load_bf16<G>(gate + p.hidden, p.vector_loads, up);
+#pragma unroll
+      for (int i = 0; i < G; ++i) y[i] = swiglu_float32(y[i], up[i]);
+      uint8_t codes[G];
+      scale = quantize_block<Traits>(y, codes);
+      const int64_t row_bytes = p.nkb * kBlockBytes;
+      store_codes<Traits::kElement, G>(p.values + row * row_bytes + kb * kBlockBytes, codes, p.vector_stores);
+    }
+  }
+  p.scales[scale_index(ScaleLayout::Swizzled, row, kb, p.nkb)] = scale;
+}
+
+bool aligned(const void* ptr, int bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
+
+template <class Traits>
+void launch(const SwigluQuantProblem& problem, cudaStream_t stream) {
+  constexpr int G = Traits::kGroup;
+  constexpr int kBlockBytes = kStoredBytes<Traits::kElement, G>;
+  SwigluQuantParams p;
+  p.input = static_cast<const __nv_bfloat16*>(problem.input);
+  p.counts = problem.counts;
+  p.rows = problem.rows;
+  p.hidden = problem.hidden;
+  p.nkb = problem.hidden / G;
+  p.grid = scale_grid(ScaleLayout::Swizzled, problem.rows, p.nkb);
+  p.values = static_cast<uint8_t*>(problem.values);
+  p.scales = problem.scales;
+  p.vector_loads = aligned(problem.input, 16);
+  p.vector_stores = aligned(problem.values, kBlockBytes < 16 ? kBlockBytes : 16);
+
+  const int64_t threads = p.grid.rows * p.grid.cols;
+  if (threads == 0) return;
+  p.rows_per_group = problem.rows / problem.groups;  // > 0 here: rows > 0 is a multiple of groups
+  const dim3 grid(unsigned(ceil_div(threads, kThreads)));
+  // The op has no pdl argument: launch without programmatic dependent launch.
+  launch_kernel(swiglu_quant_kernel<Traits>, grid, dim3(kThreads), 0, stream, false, p);
+}
+
+}  // namespace
+
+void swiglu_quant(const SwigluQuantProblem& problem, cudaStream_t stream) {
+  switch (problem.recipe) {
+    case Recipe::Mxfp8:
+      return launch<Mxfp8Recipe>(problem, stream);
+    case Recipe::Nvfp4:
+      return launch<Nvfp4Recipe>(problem, stream);
+    default:
+      throw std::invalid_argument("fp4_gemm::swiglu_quant: the recipe must be mxfp8 or nvfp4");
+  }
+}
+
+}  // namespace fp4_gemm

@@ -1,0 +1,385 @@
+"""capabilities(): its structure, and that what it says is true of this build.
+
+Statuses are checked against the build's metadata.json and against the op each function really
+dispatches (recorded on a CPU call) and that op's CUDA registration; the scale layout against
+sfa_size_bytes and the bytes a quantizer writes; variants and tiers against what the validation
+accepts and rejects.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+
+import pytest
+import torch
+from api_cases import CASES, make_call, nvfp4_operand
+from conftest import variant_metadata
+from torch.utils._python_dispatch import TorchDispatchMode
+
+pytestmark = pytest.mark.kernels_ci
+
+ARCHS = {"sm_90": "9.0a", "sm_100": "10.0a", "sm_110": "11.0a", "sm_120": "12.0a"}
+PLACES = (*ARCHS, "cpu")
+STATUSES = ("native", "native (compile-verified)", "reference", "unsupported")
+RUN_ARCH = "sm_90"  # the arch whose kernels ran in this package's tests (an H200)
+
+NATIVE = (
+    "group_wise_quant",
+    "quantize_fp4_sfa_fp16",
+    "quantize_fp4_sfa_bf16",
+    "quantize_fp4_sfa_mse_fp16",
+    "quantize_fp4_sfa_mse_bf16",
+    "quantize_e0m3_sfa_fp16",
+    "pack_nvfp4_weight_bf16",
+    "quantize_fp4_sfa_padded_bf16",
+    "dequantize_fp4_sfa_fp16",
+    "fused_swiglu_quant",
+    "prefill_permute_to_masked_gemm",
+)
+HOST_ONLY = ("sfa_size_bytes", "capabilities", "nvfp4_gemm_m256_workspace_size")
+# every GEMM and fp4_repack_b_interleaved_sm120
+REFERENCE_ONLY = tuple(sorted(set(CASES) - set(NATIVE) - set(HOST_ONLY)))
+WITH_OPS = NATIVE + REFERENCE_ONLY
+
+
+def built_archs() -> set[str]:
+    """The archs (sm_90, ...) compiled into the build under test."""
+    capabilities = set(variant_metadata()["backend"]["archs"])
+    return {arch for arch, cc in ARCHS.items() if cc in capabilities}
+
+
+class OpRecorder(TorchDispatchMode):
+    """Records the package's ops dispatched while active (fp4-gemm's namespace only)."""
+
+    def __init__(self, namespace: str) -> None:
+        super().__init__()
+        self.namespace = namespace
+        self.called: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == self.namespace:
+            self.called.append(func._opname)
+        return func(*args, **(kwargs or {}))
+
+
+def ops_called(fp4, name: str) -> list[str]:
+    args, kwargs = make_call(name, "cpu")
+    with OpRecorder(fp4.ops.name) as recorder:
+        getattr(fp4, name)(*args, **kwargs)
+    return recorder.called
+
+
+def cuda_registration(fp4, op: str) -> str:
+    """The dispatcher's line for the op's CUDA kernel: where it was registered."""
+    dump = torch._C._dispatch_dump(getattr(fp4.ops, op).default.name())
+    return next(line for line in dump.splitlines() if line.startswith("CUDA:"))
+
+
+def evaluate(formula: str, **names: object) -> object:
+    """A formula string of capabilities(), with ceil and the given names and nothing else."""
+    return eval(formula, {"__builtins__": {}, "ceil": math.ceil}, names)
+
+
+# ---- functions: structure ---------------------------------------------------------------------
+
+
+def test_capabilities_functions_cover_the_public_api(fp4):
+    assert set(fp4.capabilities()["functions"]) == set(fp4.__all__)
+
+
+def test_capabilities_function_groups_partition_the_public_api(fp4):
+    groups = [set(NATIVE), set(HOST_ONLY), set(REFERENCE_ONLY)]
+    assert set().union(*groups) == set(fp4.__all__)
+    assert sum(len(g) for g in groups) == len(fp4.__all__)
+
+
+@pytest.mark.parametrize("name", sorted(NATIVE + HOST_ONLY + REFERENCE_ONLY))
+def test_capabilities_function_status_names_every_arch_and_cpu(fp4, name):
+    status = fp4.capabilities()["functions"][name]
+    assert tuple(status) == PLACES, name
+    assert set(status.values()) <= set(STATUSES), f"{name}: {status}"
+
+
+# ---- functions: what each status says ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", NATIVE)
+def test_capabilities_quantizers_are_native_on_every_built_arch(fp4, name):
+    built = built_archs()
+    expected = {
+        arch: ("native" if arch == RUN_ARCH else "native (compile-verified)") if arch in built else "unsupported"
+        for arch in ARCHS
+    }
+    status = fp4.capabilities()["functions"][name]
+    assert {arch: status[arch] for arch in ARCHS} == expected, f"{name} (built: {sorted(built)})"
+
+
+@pytest.mark.parametrize("name", REFERENCE_ONLY)
+def test_capabilities_kernelless_functions_are_reference_on_every_built_arch(fp4, name):
+    built = built_archs()
+    expected = {arch: "reference" if arch in built else "unsupported" for arch in ARCHS}
+    status = fp4.capabilities()["functions"][name]
+    assert {arch: status[arch] for arch in ARCHS} == expected, f"{name} (built: {sorted(built)})"
+
+
+@pytest.mark.parametrize("name", WITH_OPS)
+def test_capabilities_cpu_status_is_reference(fp4, name):
+    assert fp4.capabilities()["functions"][name]["cpu"] == "reference"
+
+
+@pytest.mark.parametrize("name", HOST_ONLY)
+def test_capabilities_host_only_functions_are_native_everywhere(fp4, name):
+    assert fp4.capabilities()["functions"][name] == dict.fromkeys(PLACES, "native")
+
+
+@pytest.mark.parametrize("name", ["sfa_size_bytes", "nvfp4_gemm_m256_workspace_size"])
+def test_host_only_functions_dispatch_no_op(fp4, name):
+    assert ops_called(fp4, name) == []
+
+
+@pytest.mark.parametrize("name", WITH_OPS)
+def test_capabilities_status_agrees_with_the_registration_of_the_op_it_dispatches(fp4, name):
+    called = ops_called(fp4, name)
+    assert len(called) == 1, f"{name} dispatched {called}"
+    op = called[0]
+    native_op = op in fp4.ops.native_cuda_ops()
+    registration = cuda_registration(fp4, op)
+    in_extension = re.search(r"registered at \S+\.(cpp|cc|cu):\d+", registration) is not None
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(getattr(fp4.ops, op).default.name(), "CUDA"), op
+    assert in_extension == native_op, f"{name} -> {op}: native_cuda_ops says {native_op}, {registration}"
+    status = fp4.capabilities()["functions"][name]
+    for arch in sorted(built_archs()):
+        assert status[arch].startswith("native") == native_op, f"{name} -> {op} on {arch}: {status[arch]}"
+
+
+# ---- archs ------------------------------------------------------------------------------------
+
+
+def test_capabilities_built_cuda_capabilities_are_the_build_metadata(fp4):
+    caps = fp4.capabilities()
+    assert caps["built_cuda_capabilities"] == tuple(variant_metadata()["backend"]["archs"])
+    assert caps["cuda_capabilities"] == tuple(ARCHS.values())
+
+
+def test_capabilities_gemm_backends_are_built_archs(fp4):
+    assert set(fp4.capabilities()["gemm_backends"]) <= built_archs()
+
+
+def test_capabilities_run_archs_is_the_tested_gpu(fp4):
+    assert fp4.capabilities()["run_archs"] == (RUN_ARCH,)
+
+
+# ---- scale layout -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "rows,dim,size",
+    [
+        (1, 16, 512),
+        (128, 64, 512),
+        (129, 64, 1024),
+        (128, 80, 1024),
+        (256, 128, 2 * 2 * 512),
+        (300, 5120, 3 * 80 * 512),
+        (40, 100 * 16, 25 * 512),
+    ],
+)
+def test_sfa_size_bytes_hand_computed(fp4, rows, dim, size):
+    assert fp4.sfa_size_bytes(rows, dim) == size
+
+
+def test_capabilities_scale_layout_tiles_are_128_rows_by_4_blocks(fp4):
+    layout = fp4.capabilities()["scale_layout"]
+    assert (layout["tile_rows"], layout["tile_blocks"], layout["tile_bytes"]) == (128, 4, 512)
+    assert layout["tile_bytes"] == layout["tile_rows"] * layout["tile_blocks"]  # one byte per scale
+
+
+@pytest.mark.parametrize("rows,dim", [(1, 16), (40, 128), (128, 64), (129, 80), (300, 5120), (1000, 48)])
+def test_capabilities_scale_size_formulas_agree_with_sfa_size_bytes(fp4, rows, dim):
+    caps = fp4.capabilities()
+    expected = fp4.sfa_size_bytes(rows, dim)
+    assert evaluate(caps["scale_layout"]["size_bytes"], rows=rows, nkb=dim // caps["block_size"]) == expected
+    assert evaluate(caps["scale_size"].removesuffix(" bytes"), rows=rows, dim=dim) == expected
+
+
+@pytest.mark.parametrize("rows,k", [(40, 128), (200, 144), (129, 16)])
+def test_quantizer_scale_buffer_has_sfa_size_bytes(fp4, rows, k):
+    _, sfa = fp4.quantize_fp4_sfa_bf16(torch.ones(rows, k, dtype=torch.bfloat16))
+    assert sfa.numel() == fp4.sfa_size_bytes(rows, k)
+
+
+@pytest.mark.parametrize("mode", ["w8a8-mxfp8", "w4a4-mxfp4", "w4a4-nvfp4"])
+def test_capabilities_scale_layout_offset_locates_every_scale(fp4, mode):
+    caps = fp4.capabilities()
+    block = caps["formats"][caps["halops_modes"][mode]]["block_size"]
+    rows, nkb = 200, 9  # two row tiles, three block tiles, both partly filled
+    magnitude = torch.logspace(-3, 3, rows * nkb).reshape(rows, nkb)  # scales that vary block to block
+    noise = torch.randn(rows, nkb * block, generator=torch.Generator().manual_seed(0))
+    x = (noise * magnitude.repeat_interleave(block, 1)).to(torch.bfloat16)
+    _, swizzled = fp4.group_wise_quant(x, mode, use_swizzle=True)
+    _, plain = fp4.group_wise_quant(x, mode, use_swizzle=False)
+    m, kb = torch.meshgrid(torch.arange(rows), torch.arange(nkb), indexing="ij")
+    offset = evaluate(caps["scale_layout"]["offset"], m=m, kb=kb, nkb=nkb)
+    assert offset.unique().numel() == rows * nkb
+    assert evaluate(caps["scale_layout"]["size_bytes"], rows=rows, nkb=nkb) == swizzled.numel()
+    assert int(offset.max()) < swizzled.numel()
+    assert torch.equal(swizzled.flatten()[offset], plain), mode
+
+
+# ---- formats and alignment --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["w8a8-mxfp8", "w4a4-mxfp4", "w4a4-nvfp4"])
+def test_capabilities_block_size_is_what_group_wise_quant_enforces(fp4, mode):
+    caps = fp4.capabilities()
+    fmt = caps["halops_modes"][mode]
+    block = caps["formats"][fmt]["block_size"]
+    assert caps["alignment"]["k"][fmt] == block
+    _, scales = fp4.group_wise_quant(torch.ones(4, 2 * block, dtype=torch.bfloat16), mode, use_swizzle=False)
+    assert tuple(scales.shape) == (4, 2)
+    with pytest.raises(ValueError, match=f"must be a positive multiple of {block}"):
+        fp4.group_wise_quant(torch.ones(4, block + block // 2, dtype=torch.bfloat16), mode)
+
+
+def test_capabilities_nvfp4_block_size_is_what_sfa_size_bytes_enforces(fp4):
+    block = fp4.capabilities()["block_size"]
+    assert fp4.sfa_size_bytes(1, block) == 512
+    with pytest.raises(ValueError, match=f"must be a positive multiple of {block}"):
+        fp4.sfa_size_bytes(1, block + 8)
+
+
+def test_capabilities_quantizer_padding_is_multiples_of_16_default_32(fp4):
+    assert "multiples of 16, default 32" in fp4.capabilities()["alignment"]["quantizer_padding"]
+    for name in ("quantize_fp4_sfa_padded_bf16", "pack_nvfp4_weight_bf16"):
+        assert inspect.signature(getattr(fp4, name)).parameters["alignment"].default == 32, name
+    x = torch.ones(3, 20, dtype=torch.bfloat16)
+    packed, _, logical = fp4.quantize_fp4_sfa_padded_bf16(x, alignment=16)
+    assert (tuple(packed.shape), logical) == ((3, 16), 20)
+    with pytest.raises(ValueError, match="alignment must be a positive multiple of 16"):
+        fp4.quantize_fp4_sfa_padded_bf16(x, alignment=8)
+
+
+# ---- variants ---------------------------------------------------------------------------------
+
+
+def test_capabilities_variants_are_auto_then_explicit_ids_on_every_arch(fp4):
+    caps = fp4.capabilities()
+    assert set(caps["variants"]) == set(ARCHS)
+    for arch, variants in caps["variants"].items():
+        assert variants[0] == -1, arch
+        assert list(variants[1:]) == sorted(set(variants[1:])) and min(variants[1:]) >= 0, arch
+        assert set(caps["variant_names"]) == set(variants), arch
+    assert caps["variant_names"][-1] == "auto"
+
+
+def test_nvfp4_gemm_variant_bf16_accepts_every_listed_explicit_variant(fp4):
+    args, kwargs = make_call("nvfp4_gemm_variant_bf16", "cpu")
+    expected = fp4.nvfp4_gemm_bf16(*args)
+    for variant in sorted({v for vs in fp4.capabilities()["variants"].values() for v in vs} - {-1}):
+        assert torch.equal(fp4.nvfp4_gemm_variant_bf16(*args, variant=variant), expected), f"variant={variant}"
+
+
+def test_nvfp4_gemm_variant_bf16_rejects_auto_and_unlisted_variants(fp4):
+    args, _ = make_call("nvfp4_gemm_variant_bf16", "cpu")
+    listed = {v for vs in fp4.capabilities()["variants"].values() for v in vs}
+    for variant in (-1, max(listed) + 1):
+        with pytest.raises(ValueError, match="capabilities\\(\\)\\['variants'\\]"):
+            fp4.nvfp4_gemm_variant_bf16(*args, variant=variant)
+
+
+def test_nvfp4_gemm_bf16_accepts_auto_and_rejects_unlisted_variants(fp4):
+    args, _ = make_call("nvfp4_gemm_bf16", "cpu")
+    listed = {v for vs in fp4.capabilities()["variants"].values() for v in vs}
+    fp4.nvfp4_gemm_bf16(*args, variant=-1)
+    with pytest.raises(ValueError, match="variant must be one of"):
+        fp4.nvfp4_gemm_bf16(*args, variant=max(listed) + 1)
+
+
+# ---- tiers: the numbers are the validation's --------------------------------------------------
+
+
+def operands(m: int, n: int, k: int) -> list[torch.Tensor]:
+    a, sfa = nvfp4_operand(m, k, 1)
+    b, sfb = nvfp4_operand(n, k, 2)
+    return [a, b, sfa, sfb]
+
+
+def test_capabilities_tiers_match_the_spec(fp4):
+    tiers = fp4.capabilities()["tiers"]
+    assert tiers["mrows"]["m"] == (1, 16)
+    assert tiers["mrows"]["n_multiple"] == 8 and tiers["mrows"]["k_multiple"] == "64 * warps"
+    assert tiers["mrows"]["warps"] == (2, 4, 8) and tiers["mrows"]["stages"] == (1, 8)
+    assert tiers["gemv_interleaved"] == {"m": (1, 1), "n_multiple": 8, "k_multiple": 64}
+    assert tiers["m256"]["m_min"] == 512
+
+
+def test_mrows_tier_m_range_is_enforced(fp4):
+    low, high = fp4.capabilities()["tiers"]["mrows"]["m"]
+    for m in (low, high):
+        fp4.fp4_w4a4_gemm_warpsplit_mrows_bf16(*operands(m, 64, 128))
+    for m in (low - 1, high + 1):
+        with pytest.raises(ValueError, match=rf"needs {low} <= M <= {high}, got M={m}"):
+            fp4.fp4_w4a4_gemm_warpsplit_mrows_bf16(*operands(m, 64, 128))
+
+
+def test_mrows_tier_warps_and_k_multiple_are_enforced(fp4):
+    tier = fp4.capabilities()["tiers"]["mrows"]
+    for warps in tier["warps"]:
+        k = evaluate(tier["k_multiple"], warps=warps)
+        fp4.fp4_w4a4_gemm_warpsplit_mrows_bf16(*operands(4, 64, k), warps=warps)
+        with pytest.raises(ValueError, match=rf"K \({k + 64}\) must be a positive multiple of {k}"):
+            fp4.fp4_w4a4_gemm_warpsplit_mrows_bf16(*operands(4, 64, k + 64), warps=warps)
+    for warps in (1, 3, 16):
+        assert warps not in tier["warps"]
+        with pytest.raises(ValueError, match="warps must be one of"):
+            fp4.fp4_w4a4_gemm_warpsplit_mrows_bf16(*operands(4, 64, 1024), warps=warps)
+
+
+def test_mrows_tier_stages_range_is_enforced(fp4):
+    low, high = fp4.capabilities()["tiers"]["mrows"]["stages"]
+    for stages in (low, high):
+        fp4.fp4_w4a4_gemm_warpsplit_mrows_bf16(*operands(4, 64, 128), stages=stages)
+    for stages in (low - 1, high + 1):
+        with pytest.raises(ValueError, match=re.escape(f"stages must be an integer in [{low}, {high}]")):
+            fp4.fp4_w4a4_gemm_warpsplit_mrows_bf16(*operands(4, 64, 128), stages=stages)
+
+
+def test_mrows_tier_n_multiple_is_enforced(fp4):
+    n = fp4.capabilities()["tiers"]["mrows"]["n_multiple"]
+    fp4.fp4_w4a4_gemm_warpsplit_mrows_bf16(*operands(4, n, 128))
+    with pytest.raises(ValueError, match=f"N \\({n + n // 2}\\) must be a positive multiple of {n}"):
+        fp4.fp4_w4a4_gemm_warpsplit_mrows_bf16(*operands(4, n + n // 2, 128))
+
+
+def gemv(fp4, m: int, n: int, k: int) -> torch.Tensor:
+    a, b, sfa, sfb = operands(m, n, k)
+    return fp4.fp4_w4a4_gemv_warpsplit_interleaved_bf16(a, fp4.fp4_repack_b_interleaved_sm120(b), sfa, sfb)
+
+
+def test_gemv_tier_m_n_k_are_enforced(fp4):
+    tier = fp4.capabilities()["tiers"]["gemv_interleaved"]
+    (m, _), n, k = tier["m"], tier["n_multiple"], tier["k_multiple"]
+    assert gemv(fp4, m, n, k).shape == (m, n)
+    with pytest.raises(ValueError, match=f"serves M = 1 only, got M={m + 1}"):
+        gemv(fp4, m + 1, n, k)
+    a, b, sfa, sfb = operands(m, n + n // 2, k)  # the repack itself would refuse this N
+    with pytest.raises(ValueError, match=f"N \\({n + n // 2}\\) must be a positive multiple of {n}"):
+        fp4.fp4_w4a4_gemv_warpsplit_interleaved_bf16(a, b, sfa, sfb)
+    a, b, sfa, sfb = operands(m, n, k + k // 2)
+    with pytest.raises(ValueError, match=f"K \\({k + k // 2}\\) must be a positive multiple of {k}"):
+        fp4.fp4_w4a4_gemv_warpsplit_interleaved_bf16(a, b, sfa, sfb)
+
+
+def m256_call(fp4, m: int) -> torch.Tensor:
+    a, b, sfa, sfb = operands(m, 16, 64)
+    workspace = torch.zeros(fp4.nvfp4_gemm_m256_workspace_size(a, b, sfa, sfb), dtype=torch.uint8)
+    return fp4.nvfp4_gemm_m256_bf16(a, b, sfa, sfb, workspace=workspace)
+
+
+def test_m256_tier_m_min_is_enforced(fp4):
+    m_min = fp4.capabilities()["tiers"]["m256"]["m_min"]
+    assert m256_call(fp4, m_min).shape == (m_min, 16)
+    with pytest.raises(ValueError, match=f"needs M >= {m_min}, got M={m_min - 1}"):
+        m256_call(fp4, m_min - 1)
