@@ -117,11 +117,10 @@ def test_capabilities_quantizers_are_native_on_every_built_arch(fp4, name):
 
 
 @pytest.mark.parametrize("name", REFERENCE_ONLY)
-def test_capabilities_kernelless_functions_are_reference_on_every_built_arch(fp4, name):
-    built = built_archs()
-    expected = {arch: "reference" if arch in built else "unsupported" for arch in ARCHS}
+def test_capabilities_kernelless_functions_are_reference_on_every_arch(fp4, name):
+    # The reference runs as PyTorch ops on any CUDA GPU, whether or not the build has code for it.
     status = fp4.capabilities()["functions"][name]
-    assert {arch: status[arch] for arch in ARCHS} == expected, f"{name} (built: {sorted(built)})"
+    assert {arch: status[arch] for arch in ARCHS} == dict.fromkeys(ARCHS, "reference"), name
 
 
 @pytest.mark.parametrize("name", WITH_OPS)

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include "csrc/common/check.h"
+#include "csrc/common/sf_layout.cuh"
 
 namespace fp4_gemm {
 
@@ -18,6 +19,30 @@ __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wa
 __device__ __forceinline__ void griddep_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
+
+// A 2-D launch over a rows x cols work matrix (blocks of kMatrixThreads threads): x walks columns,
+// y walks rows with a stride loop past the 65535-block limit of gridDim.y. Blocks are only as wide
+// as the row (32 threads at least), so short rows leave no threads idle, and no thread divides a
+// 64-bit index to find its row and column.
+constexpr int kMatrixThreads = 256;
+
+struct MatrixLaunch {
+  dim3 grid;
+  dim3 block;
+};
+
+inline MatrixLaunch matrix_launch(int64_t rows, int64_t cols) {
+  int width = 32;
+  while (width < kMatrixThreads && width < cols) width *= 2;
+  const int height = kMatrixThreads / width;
+  const int64_t row_blocks = ceil_div(rows, height);
+  return {dim3(unsigned(ceil_div(cols, width)), unsigned(row_blocks < 65535 ? row_blocks : 65535)),
+          dim3(unsigned(width), unsigned(height))};
+}
+
+__device__ __forceinline__ int64_t matrix_col() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ int64_t matrix_first_row() { return int64_t(blockIdx.y) * blockDim.y + threadIdx.y; }
+__device__ __forceinline__ int64_t matrix_row_stride() { return int64_t(gridDim.y) * blockDim.y; }
 
 template <class... KernelArgs, class... Args>
 void launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,

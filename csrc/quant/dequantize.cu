@@ -17,7 +17,6 @@
 namespace fp4_gemm {
 namespace {
 
-constexpr int kThreads = 256;
 constexpr int kThreadElements = 32;
 
 template <class Out>
@@ -90,7 +89,7 @@ __device__ __forceinline__ void decode_block(const uint8_t* codes, uint8_t scale
 }
 
 template <class Traits, class Out, ScaleLayout kLayout>
-__global__ void __launch_bounds__(kThreads) dequantize_kernel(const DequantizeParams<Out> p) {
+__global__ void __launch_bounds__(kMatrixThreads) dequantize_kernel(const DequantizeParams<Out> p) {
   griddep_wait();
   griddep_launch_dependents();
   constexpr int G = Traits::kGroup;
@@ -102,39 +101,39 @@ __global__ void __launch_bounds__(kThreads) dequantize_kernel(const DequantizePa
   static_assert(kThreadElements % G == 0 && kValueBytes % 16 == 0, "whole blocks, whole 16-byte loads");
   static_assert(G * sizeof(Out) % 16 == 0, "a block of outputs is whole 16-byte stores");
 
-  const int64_t index = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (index >= p.rows * p.stretches_per_row) return;
-  const int64_t row = index / p.stretches_per_row;
-  const int64_t kb0 = index % p.stretches_per_row * kBlocks;
+  const int64_t stretch = matrix_col();
+  if (stretch >= p.stretches_per_row) return;
+  const int64_t kb0 = stretch * kBlocks;
   const int blocks = p.nkb - kb0 < kBlocks ? int(p.nkb - kb0) : kBlocks;
-
-  const uint8_t* src = p.values + (row * p.nkb + kb0) * kBlockValueBytes;
-  alignas(16) uint8_t bytes[kValueBytes];
-  if (blocks == kBlocks && aligned16(src)) {
-#pragma unroll
-    for (int v = 0; v < kValueBytes / 16; ++v) {
-      reinterpret_cast<uint4*>(bytes)[v] = __ldg(reinterpret_cast<const uint4*>(src) + v);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < kValueBytes; ++i) bytes[i] = i < blocks * kBlockValueBytes ? __ldg(src + i) : 0;
-  }
-
-  Out* dst = p.out + row * p.cols + kb0 * G;
-  const bool vector_stores = aligned16(dst);  // blocks of outputs are whole 16-byte multiples
-#pragma unroll
-  for (int b = 0; b < kBlocks; ++b) {
-    if (b == blocks) break;
-    alignas(16) Out y[G];
-    decode_block<Traits>(bytes + b * kBlockValueBytes, __ldg(p.scales + scale_index(kLayout, row, kb0 + b, p.nkb)), y);
-    if (vector_stores) {
-#pragma unroll
-      for (int v = 0; v < kBlockOutVectors; ++v) {
-        reinterpret_cast<uint4*>(dst + b * G)[v] = reinterpret_cast<const uint4*>(y)[v];
+  for (int64_t row = matrix_first_row(); row < p.rows; row += matrix_row_stride()) {
+    const uint8_t* src = p.values + (row * p.nkb + kb0) * kBlockValueBytes;
+    alignas(16) uint8_t bytes[kValueBytes];
+    if (blocks == kBlocks && aligned16(src)) {
+  #pragma unroll
+      for (int v = 0; v < kValueBytes / 16; ++v) {
+        reinterpret_cast<uint4*>(bytes)[v] = __ldg(reinterpret_cast<const uint4*>(src) + v);
       }
     } else {
-#pragma unroll
-      for (int i = 0; i < G; ++i) dst[b * G + i] = y[i];
+  #pragma unroll
+      for (int i = 0; i < kValueBytes; ++i) bytes[i] = i < blocks * kBlockValueBytes ? __ldg(src + i) : 0;
+    }
+
+    Out* dst = p.out + row * p.cols + kb0 * G;
+    const bool vector_stores = aligned16(dst);  // blocks of outputs are whole 16-byte multiples
+  #pragma unroll
+    for (int b = 0; b < kBlocks; ++b) {
+      if (b == blocks) break;
+      alignas(16) Out y[G];
+      decode_block<Traits>(bytes + b * kBlockValueBytes, __ldg(p.scales + scale_index(kLayout, row, kb0 + b, p.nkb)), y);
+      if (vector_stores) {
+  #pragma unroll
+        for (int v = 0; v < kBlockOutVectors; ++v) {
+          reinterpret_cast<uint4*>(dst + b * G)[v] = reinterpret_cast<const uint4*>(y)[v];
+        }
+      } else {
+  #pragma unroll
+        for (int i = 0; i < G; ++i) dst[b * G + i] = y[i];
+      }
     }
   }
 }
@@ -151,10 +150,9 @@ void launch(const DequantizeProblem& problem, cudaStream_t stream) {
   p.nkb = problem.cols / G;
   p.stretches_per_row = ceil_div(p.nkb, kThreadElements / G);
 
-  const int64_t threads = p.rows * p.stretches_per_row;
-  if (threads == 0) return;
-  const dim3 grid(unsigned(ceil_div(threads, kThreads)));
-  launch_kernel(dequantize_kernel<Traits, Out, kLayout>, grid, dim3(kThreads), 0, stream, problem.pdl, p);
+  if (p.rows == 0 || p.stretches_per_row == 0) return;
+  const MatrixLaunch shape = matrix_launch(p.rows, p.stretches_per_row);
+  launch_kernel(dequantize_kernel<Traits, Out, kLayout>, shape.grid, shape.block, 0, stream, problem.pdl, p);
 }
 
 template <class Traits, class Out>

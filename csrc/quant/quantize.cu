@@ -14,8 +14,6 @@
 namespace fp4_gemm {
 namespace {
 
-constexpr int kThreads = 256;
-
 template <class T>
 struct QuantizeParams {
   const T* input;
@@ -82,27 +80,26 @@ __device__ __forceinline__ void store_block(uint8_t* dst, const Block& block, bo
 }
 
 template <class Traits, class T, ScaleLayout kLayout>
-__global__ void __launch_bounds__(kThreads) quantize_kernel(const QuantizeParams<T> p) {
+__global__ void __launch_bounds__(kMatrixThreads) quantize_kernel(const QuantizeParams<T> p) {
   griddep_wait();
   griddep_launch_dependents();
   constexpr int G = Traits::kGroup;
   using Block = StoredBlock<Traits::kElement, G>;
 
-  const int64_t index = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (index >= p.grid.rows * p.grid.cols) return;
-  const int64_t row = index / p.grid.cols;
-  const int64_t kb = index % p.grid.cols;
-
-  uint8_t scale = 0;
-  if (row < p.out_rows && kb < p.nkb) {
-    float x[G];
-    uint8_t codes[G];
-    load_block<G>(p, row, kb * G, x);
-    scale = quantize_block<Traits>(x, codes);
-    const int64_t row_bytes = p.out_cols / G * Block::kBytes;
-    store_block(p.values + row * row_bytes + kb * Block::kBytes, Block(codes), p.vector_stores);
+  const int64_t kb = matrix_col();
+  if (kb >= p.grid.cols) return;
+  const int64_t row_bytes = p.out_cols / G * Block::kBytes;
+  for (int64_t row = matrix_first_row(); row < p.grid.rows; row += matrix_row_stride()) {
+    uint8_t scale = 0;
+    if (row < p.out_rows && kb < p.nkb) {
+      float x[G];
+      uint8_t codes[G];
+      load_block<G>(p, row, kb * G, x);
+      scale = quantize_block<Traits>(x, codes);
+      store_block(p.values + row * row_bytes + kb * Block::kBytes, Block(codes), p.vector_stores);
+    }
+    p.scales[scale_index(kLayout, row, kb, p.nkb)] = scale;
   }
-  p.scales[scale_index(kLayout, row, kb, p.nkb)] = scale;
 }
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
@@ -124,10 +121,9 @@ void launch(const QuantizeProblem& problem, cudaStream_t stream) {
   p.vector_loads = aligned16(problem.input) && (problem.in_cols * sizeof(T)) % 16 == 0;
   p.vector_stores = reinterpret_cast<uintptr_t>(problem.values) % (kBlockBytes < 16 ? kBlockBytes : 16) == 0;
 
-  const int64_t threads = p.grid.rows * p.grid.cols;
-  if (threads == 0) return;
-  const dim3 grid(unsigned(ceil_div(threads, kThreads)));
-  launch_kernel(quantize_kernel<Traits, T, kLayout>, grid, dim3(kThreads), 0, stream, problem.pdl, p);
+  if (p.grid.rows == 0 || p.grid.cols == 0) return;
+  const MatrixLaunch shape = matrix_launch(p.grid.rows, p.grid.cols);
+  launch_kernel(quantize_kernel<Traits, T, kLayout>, shape.grid, shape.block, 0, stream, problem.pdl, p);
 }
 
 template <class Traits>

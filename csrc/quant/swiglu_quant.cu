@@ -19,7 +19,6 @@
 namespace fp4_gemm {
 namespace {
 
-constexpr int kThreads = 256;
 
 struct SwigluQuantParams {
   const __nv_bfloat16* input;
@@ -77,37 +76,36 @@ __device__ __forceinline__ void store_codes(uint8_t* dst, const uint8_t* codes, 
 }
 
 template <class Traits>
-__global__ void __launch_bounds__(kThreads) swiglu_quant_kernel(const SwigluQuantParams p) {
+__global__ void __launch_bounds__(kMatrixThreads) swiglu_quant_kernel(const SwigluQuantParams p) {
   griddep_wait();
   griddep_launch_dependents();
   constexpr int G = Traits::kGroup;
   constexpr int kBlockBytes = kStoredBytes<Traits::kElement, G>;
 
-  const int64_t index = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (index >= p.grid.rows * p.grid.cols) return;
-  const int64_t row = index / p.grid.cols;
-  const int64_t kb = index % p.grid.cols;
-
-  uint8_t scale = 0;  // padding rows, and padding columns of owned rows
-  if (row < p.rows) {
-    const int64_t group = row / p.rows_per_group;
-    // Owned iff row - group * M < clamp(count, 0, M); as row - group * M is in [0, M), comparing
-    // with the raw count is the same test (a negative count owns nothing, one above M everything).
-    if (row - group * p.rows_per_group >= int64_t(__ldg(p.counts + group))) return;
-    if (kb < p.nkb) {
-      const __nv_bfloat16* gate = p.input + row * 2 * p.hidden + kb * G;
-      float y[G], up[G];
-      load_bf16<G>(gate, p.vector_loads, y);
-      load_bf16<G>(gate + p.hidden, p.vector_loads, up);
+  const int64_t kb = matrix_col();
+  if (kb >= p.grid.cols) return;
+  for (int64_t row = matrix_first_row(); row < p.grid.rows; row += matrix_row_stride()) {
+    uint8_t scale = 0;  // padding rows, and padding columns of owned rows
+    if (row < p.rows) {
+      const int64_t group = row / p.rows_per_group;
+      // Owned iff row - group * M < clamp(count, 0, M); as row - group * M is in [0, M), comparing
+      // with the raw count is the same test (a negative count owns nothing, one above M everything).
+      if (row - group * p.rows_per_group >= int64_t(__ldg(p.counts + group))) continue;
+      if (kb < p.nkb) {
+        const __nv_bfloat16* gate = p.input + row * 2 * p.hidden + kb * G;
+        float y[G], up[G];
+        load_bf16<G>(gate, p.vector_loads, y);
+        load_bf16<G>(gate + p.hidden, p.vector_loads, up);
 #pragma unroll
-      for (int i = 0; i < G; ++i) y[i] = swiglu_float32(y[i], up[i]);
-      uint8_t codes[G];
-      scale = quantize_block<Traits>(y, codes);
-      const int64_t row_bytes = p.nkb * kBlockBytes;
-      store_codes<Traits::kElement, G>(p.values + row * row_bytes + kb * kBlockBytes, codes, p.vector_stores);
+        for (int i = 0; i < G; ++i) y[i] = swiglu_float32(y[i], up[i]);
+        uint8_t codes[G];
+        scale = quantize_block<Traits>(y, codes);
+        const int64_t row_bytes = p.nkb * kBlockBytes;
+        store_codes<Traits::kElement, G>(p.values + row * row_bytes + kb * kBlockBytes, codes, p.vector_stores);
+      }
     }
+    p.scales[scale_index(ScaleLayout::Swizzled, row, kb, p.nkb)] = scale;
   }
-  p.scales[scale_index(ScaleLayout::Swizzled, row, kb, p.nkb)] = scale;
 }
 
 bool aligned(const void* ptr, int bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
@@ -128,12 +126,11 @@ void launch(const SwigluQuantProblem& problem, cudaStream_t stream) {
   p.vector_loads = aligned(problem.input, 16);
   p.vector_stores = aligned(problem.values, kBlockBytes < 16 ? kBlockBytes : 16);
 
-  const int64_t threads = p.grid.rows * p.grid.cols;
-  if (threads == 0) return;
+  if (p.grid.rows == 0 || p.grid.cols == 0) return;
   p.rows_per_group = problem.rows / problem.groups;  // > 0 here: rows > 0 is a multiple of groups
-  const dim3 grid(unsigned(ceil_div(threads, kThreads)));
+  const MatrixLaunch shape = matrix_launch(p.grid.rows, p.grid.cols);
   // The op has no pdl argument: launch without programmatic dependent launch.
-  launch_kernel(swiglu_quant_kernel<Traits>, grid, dim3(kThreads), 0, stream, false, p);
+  launch_kernel(swiglu_quant_kernel<Traits>, shape.grid, shape.block, 0, stream, false, p);
 }
 
 }  // namespace
