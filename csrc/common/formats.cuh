@@ -136,9 +136,11 @@ __host__ __device__ __forceinline__ float ue8m0_decode(uint8_t b) { return b == 
 __host__ __device__ __forceinline__ float ue4m3_decode(uint8_t b) { return e4m3_decode(b); }
 
 // ---- block recipes ----------------------------------------------------------------------------
-// One recipe per quantization mode: block size, element codec and scale rule. `encode_block`
-// maps g float32 values to g element codes plus one scale byte; `decode_scale` gives a scale
-// byte's value (dequantization).
+// One recipe per quantization mode: block size, element codec and scale rule, split so that one
+// block can be quantized by one thread (quantize_block) or by several lanes that each hold part of
+// it (the quantize kernel): `scale_code` is the round-to-nearest scale byte of a finite amax,
+// `element_factor` the multiplier applied to elements before encoding, `code_mask` what survives of
+// their codes, `decode_scale` a scale byte's value. Recipes with `kSearchesScale` pick the scale by least squared error instead.
 
 enum class ElementCodec { E4M3, E2M1, E0M3 };
 
@@ -151,30 +153,27 @@ __host__ __device__ __forceinline__ uint8_t encode_element(float x) {
 
 // MX (OCP microscaling) recipes: UE8M0 scale 2^s, s the smallest integer with amax <= qmax * 2^s,
 // clamped to [-127, 127]. With qmax = qm * 2^qe (1 <= qm < 2) and amax = m * 2^e:
-// s = e - qe + (m > qm), read off the float32 bits.
+// s = e - qe + (m > qm), read off the float32 bits. Elements are codec(x * 2^-s).
 template <int kGroupSize, ElementCodec kCodec, int kQmaxExponent, uint32_t kQmaxMantissaBits>
 struct MxRecipe {
   static constexpr int kGroup = kGroupSize;
   static constexpr ElementCodec kElement = kCodec;
   static constexpr uint8_t kScaleNan = 0xFF;
+  static constexpr bool kSearchesScale = false;
 
   __host__ __device__ static float decode_scale(uint8_t b) { return ue8m0_decode(b); }
 
-  __host__ __device__ static int scale_exponent(float amax) {
+  __host__ __device__ static uint8_t scale_code(float amax) {
     const uint32_t bits = float_bits(amax);
     const int biased = int(bits >> 23);
-    if (biased == 0) return -127;  // zero or subnormal amax: any s below -127 clamps there
+    if (biased == 0) return 0;  // zero or subnormal amax: any s below -127 clamps there
     const int s = biased - 127 - kQmaxExponent + int((bits & 0x7FFFFF) > kQmaxMantissaBits);
-    return s < -127 ? -127 : (s > 127 ? 127 : s);
+    return uint8_t((s < -127 ? -127 : (s > 127 ? 127 : s)) + 127);
   }
 
-  __host__ __device__ static uint8_t encode_block(const float* x, float amax, uint8_t* codes) {
-    const int s = scale_exponent(amax);
-    const float inv_scale = exp2i(-s);
-#pragma unroll
-    for (int i = 0; i < kGroup; ++i) codes[i] = encode_element<kCodec>(x[i] * inv_scale);
-    return uint8_t(s + 127);
-  }
+  __host__ __device__ static float element_factor(uint8_t scale) { return exp2i(127 - int(scale)); }
+
+  __host__ __device__ static uint8_t code_mask(uint8_t) { return 0xFF; }
 };
 
 using Mxfp8Recipe = MxRecipe<32, ElementCodec::E4M3, 8, 0x600000>;  // qmax 448 = 1.75 * 2^8
@@ -188,93 +187,105 @@ struct Ue4m3Recipe {
   static constexpr int kGroup = 16;
   static constexpr ElementCodec kElement = kCodec;
   static constexpr uint8_t kScaleNan = 0x7F;
+  static constexpr bool kSearchesScale = false;
 
   __host__ __device__ static float decode_scale(uint8_t b) { return ue4m3_decode(b); }
 
   __host__ __device__ static uint8_t scale_code(float amax) { return e4m3_encode(amax / float(kQmax)); }
 
-  __host__ __device__ static void encode_elements(const float* x, uint8_t sf, uint8_t* codes) {
-    const float factor = sf == 0 ? 0.0f : 1.0f / ue4m3_decode(sf);
-    const uint8_t keep = sf == 0 ? 0 : 0xF;  // a zero scale zeroes the block (no -0 codes either)
-#pragma unroll
-    for (int i = 0; i < kGroup; ++i) codes[i] = encode_element<kCodec>(x[i] * factor) & keep;
+  __host__ __device__ static float element_factor(uint8_t scale) {
+    return scale == 0 ? 0.0f : 1.0f / ue4m3_decode(scale);
   }
 
-  __host__ __device__ static uint8_t encode_block(const float* x, float amax, uint8_t* codes) {
-    const uint8_t sf = scale_code(amax);
-    encode_elements(x, sf, codes);
-    return sf;
-  }
+  // A zero scale zeroes the block's codes (no -0 codes either).
+  __host__ __device__ static uint8_t code_mask(uint8_t scale) { return scale == 0 ? 0 : 0xFF; }
 };
 
 using Nvfp4Recipe = Ue4m3Recipe<ElementCodec::E2M1, 6>;
 using E0m3Recipe = Ue4m3Recipe<ElementCodec::E0M3, 7>;
 
 // NVFP4 with a least-squares block scale (stored exactly like NVFP4). Candidates are the UE4M3
-// codes c, c-1, c+1, c-2, c+2 around the RTN code c of Nvfp4Recipe, tried in that order, skipping
-// codes outside [1, 126] (0 zeroes the block, 127 is NaN). Each is scored by the float32 sum, in
-// element order, of (x_i - v_i)^2 with v_i = e2m1(x_i / sf) * sf (exact); a candidate replaces the
-// best only with a strictly smaller sum, so ties keep the earlier one, RTN first, and no block's
-// error exceeds NVFP4's. c == 0 gives NVFP4's all-zero block.
-struct Nvfp4MseRecipe {
-  static constexpr int kGroup = Nvfp4Recipe::kGroup;
-  static constexpr ElementCodec kElement = Nvfp4Recipe::kElement;
-  static constexpr uint8_t kScaleNan = Nvfp4Recipe::kScaleNan;
+// codes c, c-1, c+1, c-2, c+2 around the RTN code c, tried in that order, skipping codes outside
+// [1, 126] (0 zeroes the block, 127 is NaN). Each is scored by the float32 sum, in element order,
+// of (x_i - v_i)^2 with v_i = e2m1(x_i / sf) * sf (exact); a candidate replaces the best only with
+// a strictly smaller sum, so ties keep the earlier one, RTN first, and no block's error exceeds
+// NVFP4's. c == 0 gives NVFP4's all-zero block.
+struct Nvfp4MseRecipe : Nvfp4Recipe {
+  static constexpr bool kSearchesScale = true;
   static constexpr int kLargestScale = 0x7E;  // 448
 
-  __host__ __device__ static float squared_error(const float* x, uint8_t sf) {
-    uint8_t codes[kGroup];
-    Nvfp4Recipe::encode_elements(x, sf, codes);
+  // `error` plus the squared errors of x[0..n) at scale code sf, added one by one in order.
+  template <int n>
+  __host__ __device__ static float accumulate_error(const float* x, uint8_t sf, float error) {
+    const float factor = element_factor(sf);
     const float scale = ue4m3_decode(sf);
-    float error = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kGroup; ++i) {
-      const float d = sub_rn(x[i], mul_rn(e2m1_decode(codes[i]), scale));
+    for (int i = 0; i < n; ++i) {
+      const float d = sub_rn(x[i], mul_rn(e2m1_decode(e2m1_encode(x[i] * factor)), scale));
       error = add_rn(error, mul_rn(d, d));
     }
     return error;
   }
 
-  __host__ __device__ static uint8_t encode_block(const float* x, float amax, uint8_t* codes) {
-    const uint8_t rtn = Nvfp4Recipe::scale_code(amax);
-    uint8_t best = rtn;
-    if (rtn != 0) {
-      // The first candidate, c, is always in range (a finite amax saturates at 448).
-      constexpr int kOffsets[] = {-1, 1, -2, 2};
-      float best_error = squared_error(x, rtn);
+  // The least-squares code, given error_of(code) = the whole block's error at that code. Every
+  // candidate is scored, usable or not, so lanes sharing a block stay converged for error_of.
+  template <class ErrorOf>
+  __host__ __device__ static uint8_t choose_scale(uint8_t rtn, ErrorOf error_of) {
+    constexpr int kOffsets[] = {-1, 1, -2, 2};
+    uint8_t best = rtn == 0 ? 1 : rtn;
+    float best_error = error_of(best);
 #pragma unroll
-      for (const int offset : kOffsets) {
-        const int sf = rtn + offset;
-        if (sf < 1 || sf > kLargestScale) continue;
-        const float error = squared_error(x, uint8_t(sf));
-        if (error < best_error) {
-          best = uint8_t(sf);
-          best_error = error;
-        }
+    for (const int offset : kOffsets) {
+      const int sf = rtn + offset;
+      const bool usable = sf >= 1 && sf <= kLargestScale;
+      const float error = error_of(uint8_t(usable ? sf : best));
+      if (usable && error < best_error) {
+        best = uint8_t(sf);
+        best_error = error;
       }
     }
-    Nvfp4Recipe::encode_elements(x, best, codes);
-    return best;
+    return rtn == 0 ? 0 : best;
   }
 };
 
-// Quantize one block: non-finite input gives the NaN scale and all-zero codes.
+// max |x| over n values as float32 bits: NaN > Inf > every finite value, so one integer max also
+// tells whether a block holds a non-finite value (bits >= 0x7F800000).
+template <int n>
+__host__ __device__ __forceinline__ uint32_t amax_bits(const float* x) {
+  uint32_t amax = 0;
+#pragma unroll
+  for (int i = 0; i < n; ++i) {
+    const uint32_t magnitude = float_bits(x[i]) & 0x7FFFFFFFu;
+    amax = magnitude > amax ? magnitude : amax;
+  }
+  return amax;
+}
+
+// Codes of x[0..n) at a block's scale byte.
+template <class Traits, int n>
+__host__ __device__ __forceinline__ void encode_elements(const float* x, uint8_t scale, uint8_t* codes) {
+  const float factor = Traits::element_factor(scale);
+  const uint8_t mask = Traits::code_mask(scale);
+#pragma unroll
+  for (int i = 0; i < n; ++i) codes[i] = encode_element<Traits::kElement>(x[i] * factor) & mask;
+}
+
+// Quantize one whole block in one thread: non-finite input gives the NaN scale and all-zero codes.
 template <class Traits>
 __host__ __device__ __forceinline__ uint8_t quantize_block(const float* x, uint8_t* codes) {
-  // max |x| on the bits: NaN > Inf > every finite value, so one integer max also finds them
-  uint32_t amax_bits = 0;
+  constexpr int G = Traits::kGroup;
+  const uint32_t amax = amax_bits<G>(x);
+  if (amax >= 0x7F800000u) {
 #pragma unroll
-  for (int i = 0; i < Traits::kGroup; ++i) {
-    const uint32_t magnitude = float_bits(x[i]) & 0x7FFFFFFFu;
-    amax_bits = magnitude > amax_bits ? magnitude : amax_bits;
-  }
-  const float amax = float_from_bits(amax_bits);
-  if (amax_bits >= 0x7F800000u) {
-#pragma unroll
-    for (int i = 0; i < Traits::kGroup; ++i) codes[i] = 0;
+    for (int i = 0; i < G; ++i) codes[i] = 0;
     return Traits::kScaleNan;
   }
-  return Traits::encode_block(x, amax, codes);
+  uint8_t scale = Traits::scale_code(float_from_bits(amax));
+  if constexpr (Traits::kSearchesScale) {
+    scale = Traits::choose_scale(scale, [&](uint8_t sf) { return Traits::template accumulate_error<G>(x, sf, 0.0f); });
+  }
+  encode_elements<Traits, G>(x, scale, codes);
+  return scale;
 }
 
 }  // namespace fp4_gemm

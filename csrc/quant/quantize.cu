@@ -9,6 +9,7 @@
 
 #include "csrc/common/formats.cuh"
 #include "csrc/common/launch.cuh"
+#include "csrc/quant/block_io.cuh"
 #include "csrc/quant/quantize.h"
 
 namespace fp4_gemm {
@@ -27,56 +28,16 @@ struct QuantizeParams {
   bool vector_stores;  // value rows are aligned to a whole block
 };
 
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-
+// The block at (row, col0); zeros outside the input (a padded output).
 template <int G, class T>
 __device__ __forceinline__ void load_block(const QuantizeParams<T>& p, int64_t row, int64_t col0, float* x) {
   const T* src = p.input + row * p.in_cols + col0;
-  if (p.vector_loads && row < p.in_rows && col0 + G <= p.in_cols) {
-#pragma unroll
-    for (int v = 0; v < G / 8; ++v) {
-      const uint4 chunk = __ldg(reinterpret_cast<const uint4*>(src) + v);
-      const T* halves = reinterpret_cast<const T*>(&chunk);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) x[v * 8 + i] = to_float(halves[i]);
-    }
+  if (row < p.in_rows && col0 + G <= p.in_cols) {
+    load_halves<G>(src, p.vector_loads, x);
     return;
   }
 #pragma unroll
   for (int i = 0; i < G; ++i) x[i] = (row < p.in_rows && col0 + i < p.in_cols) ? to_float(src[i]) : 0.0f;
-}
-
-// Element codes as stored: one byte each for E4M3, two nibbles per byte (low = even element) else.
-template <ElementCodec kCodec, int G>
-struct StoredBlock {
-  static constexpr int kBytes = kCodec == ElementCodec::E4M3 ? G : G / 2;
-  alignas(16) uint8_t bytes[kBytes];
-
-  __device__ __forceinline__ explicit StoredBlock(const uint8_t* codes) {
-#pragma unroll
-    for (int i = 0; i < kBytes; ++i) {
-      bytes[i] = kCodec == ElementCodec::E4M3 ? codes[i] : uint8_t(codes[2 * i] | (codes[2 * i + 1] << 4));
-    }
-  }
-};
-
-template <class Block>
-__device__ __forceinline__ void store_block(uint8_t* dst, const Block& block, bool vector_store) {
-  if (vector_store) {
-    if constexpr (Block::kBytes % 16 == 0) {
-#pragma unroll
-      for (int v = 0; v < Block::kBytes / 16; ++v) {
-        reinterpret_cast<uint4*>(dst)[v] = reinterpret_cast<const uint4*>(block.bytes)[v];
-      }
-    } else {
-      static_assert(Block::kBytes == 8, "a block is 8, 16 or 32 bytes");
-      *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(block.bytes);
-    }
-    return;
-  }
-#pragma unroll
-  for (int i = 0; i < Block::kBytes; ++i) dst[i] = block.bytes[i];
 }
 
 template <class Traits, class T, ScaleLayout kLayout>
@@ -84,11 +45,11 @@ __global__ void __launch_bounds__(kMatrixThreads) quantize_kernel(const Quantize
   griddep_wait();
   griddep_launch_dependents();
   constexpr int G = Traits::kGroup;
-  using Block = StoredBlock<Traits::kElement, G>;
+  constexpr int kBlockBytes = kStoredBytes<Traits::kElement, G>;
 
   const int64_t kb = matrix_col();
   if (kb >= p.grid.cols) return;
-  const int64_t row_bytes = p.out_cols / G * Block::kBytes;
+  const int64_t row_bytes = p.out_cols / G * kBlockBytes;
   for (int64_t row = matrix_first_row(); row < p.grid.rows; row += matrix_row_stride()) {
     uint8_t scale = 0;
     if (row < p.out_rows && kb < p.nkb) {
@@ -96,7 +57,7 @@ __global__ void __launch_bounds__(kMatrixThreads) quantize_kernel(const Quantize
       uint8_t codes[G];
       load_block<G>(p, row, kb * G, x);
       scale = quantize_block<Traits>(x, codes);
-      store_block(p.values + row * row_bytes + kb * Block::kBytes, Block(codes), p.vector_stores);
+      store_codes<Traits::kElement, G>(p.values + row * row_bytes + kb * kBlockBytes, codes, p.vector_stores);
     }
     p.scales[scale_index(kLayout, row, kb, p.nkb)] = scale;
   }
@@ -107,7 +68,7 @@ bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 template <class Traits, class T, ScaleLayout kLayout>
 void launch(const QuantizeProblem& problem, cudaStream_t stream) {
   constexpr int G = Traits::kGroup;
-  constexpr int kBlockBytes = StoredBlock<Traits::kElement, G>::kBytes;
+  constexpr int kBlockBytes = kStoredBytes<Traits::kElement, G>;
   QuantizeParams<T> p;
   p.input = static_cast<const T*>(problem.input);
   p.in_rows = problem.in_rows;

@@ -14,11 +14,11 @@
 #include "csrc/common/formats.cuh"
 #include "csrc/common/launch.cuh"
 #include "csrc/common/math.cuh"
+#include "csrc/quant/block_io.cuh"
 #include "csrc/quant/swiglu_quant.h"
 
 namespace fp4_gemm {
 namespace {
-
 
 struct SwigluQuantParams {
   const __nv_bfloat16* input;
@@ -31,49 +31,6 @@ struct SwigluQuantParams {
   bool vector_loads;   // input is 16-byte aligned (rows and blocks then are too)
   bool vector_stores;  // values are aligned to a whole stored block (up to 16 bytes)
 };
-
-// Stored bytes of a block of G element codes: E4M3 one byte each, E2M1 two per byte (element 2i in
-// the low nibble).
-template <ElementCodec kCodec, int G>
-constexpr int kStoredBytes = kCodec == ElementCodec::E4M3 ? G : G / 2;
-
-template <int G>
-__device__ __forceinline__ void load_bf16(const __nv_bfloat16* src, bool vector_loads, float* x) {
-  if (vector_loads) {
-#pragma unroll
-    for (int v = 0; v < G / 8; ++v) {
-      const uint4 chunk = __ldg(reinterpret_cast<const uint4*>(src) + v);
-      const __nv_bfloat16* halves = reinterpret_cast<const __nv_bfloat16*>(&chunk);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) x[v * 8 + i] = __bfloat162float(halves[i]);
-    }
-    return;
-  }
-#pragma unroll
-  for (int i = 0; i < G; ++i) x[i] = __bfloat162float(src[i]);
-}
-
-template <ElementCodec kCodec, int G>
-__device__ __forceinline__ void store_codes(uint8_t* dst, const uint8_t* codes, bool vector_stores) {
-  constexpr int kBytes = kStoredBytes<kCodec, G>;
-  alignas(16) uint8_t bytes[kBytes];
-#pragma unroll
-  for (int i = 0; i < kBytes; ++i) {
-    bytes[i] = kCodec == ElementCodec::E4M3 ? codes[i] : uint8_t(codes[2 * i] | (codes[2 * i + 1] << 4));
-  }
-  if (vector_stores) {
-    if constexpr (kBytes % 16 == 0) {
-#pragma unroll
-      for (int v = 0; v < kBytes / 16; ++v) reinterpret_cast<uint4*>(dst)[v] = reinterpret_cast<const uint4*>(bytes)[v];
-    } else {
-      static_assert(kBytes == 8, "an MXFP8 block is 32 bytes, an NVFP4 block 8");
-      *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(bytes);
-    }
-    return;
-  }
-#pragma unroll
-  for (int i = 0; i < kBytes; ++i) dst[i] = bytes[i];
-}
 
 template <class Traits>
 __global__ void __launch_bounds__(kMatrixThreads) swiglu_quant_kernel(const SwigluQuantParams p) {
@@ -94,8 +51,8 @@ __global__ void __launch_bounds__(kMatrixThreads) swiglu_quant_kernel(const Swig
       if (kb < p.nkb) {
         const __nv_bfloat16* gate = p.input + row * 2 * p.hidden + kb * G;
         float y[G], up[G];
-        load_bf16<G>(gate, p.vector_loads, y);
-        load_bf16<G>(gate + p.hidden, p.vector_loads, up);
+        load_halves<G>(gate, p.vector_loads, y);
+        load_halves<G>(gate + p.hidden, p.vector_loads, up);
 #pragma unroll
         for (int i = 0; i < G; ++i) y[i] = swiglu_float32(y[i], up[i]);
         uint8_t codes[G];
