@@ -111,13 +111,6 @@ def median_us(fn: Callable[[], object]) -> float:
     return 1000.0 * triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
 
 
-def copy_bandwidth_gbps() -> float:
-    """Device-to-device copy of 1 GiB, bytes read + written: this run's ceiling."""
-    src = torch.empty(2**30, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    return 2 * src.numel() / median_us(lambda: dst.copy_(src)) / 1e3
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "h200-quant.json")
