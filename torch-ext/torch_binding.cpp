@@ -86,7 +86,6 @@ void dequantize_cuda(const at::Tensor& values, const at::Tensor& scales, std::st
   problem.cols = out.size(1);
   problem.out = out.data_ptr();
   problem.out_type = float_type(out);
-  problem.pdl = false;
   fp4_gemm::dequantize(problem, at::cuda::getCurrentCUDAStream());
 }
 

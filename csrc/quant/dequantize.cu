@@ -122,7 +122,8 @@ void launch(const DequantizeProblem& problem, cudaStream_t stream) {
   p.vector_stores = aligned(problem.out, 16);   // rows of outputs are whole 16-byte multiples
   if (p.rows == 0 || p.cols == 0) return;
   const MatrixLaunch shape = matrix_launch(p.rows, p.cols / kWord);
-  launch_kernel(dequantize_kernel<Traits, Out, kLayout>, shape.grid, shape.block, 0, stream, problem.pdl, p);
+  // The op has no pdl argument: launch without programmatic dependent launch.
+  launch_kernel(dequantize_kernel<Traits, Out, kLayout>, shape.grid, shape.block, 0, stream, false, p);
 }
 
 template <class Traits, class Out>

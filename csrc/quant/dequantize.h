@@ -22,7 +22,6 @@ struct DequantizeProblem {
   int64_t cols;           // multiple of the recipe's block size
   void* out;              // [rows, cols] row-major, out_type
   FloatType out_type;     // Bf16, Fp16 or Fp32
-  bool pdl;
 };
 
 void dequantize(const DequantizeProblem& problem, cudaStream_t stream);
