@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 POISON_BYTE = 0xA5
 
@@ -47,3 +48,17 @@ def assert_same_results(actual: object, expected: object, what: str) -> None:
             assert_same_results(a, e, f"{what}[{i}]")
     else:
         assert actual == expected, f"{what}: {actual!r} != {expected!r}"
+
+
+class OpRecorder(TorchDispatchMode):
+    """Records the package's ops dispatched while active (fp4-gemm's namespace only)."""
+
+    def __init__(self, namespace: str) -> None:
+        super().__init__()
+        self.namespace = namespace
+        self.called: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == self.namespace:
+            self.called.append(func._opname)
+        return func(*args, **(kwargs or {}))

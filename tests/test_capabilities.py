@@ -15,8 +15,8 @@ import re
 import pytest
 import torch
 from api_cases import CASES, make_call, nvfp4_operand
+from checks import OpRecorder
 from conftest import variant_metadata
-from torch.utils._python_dispatch import TorchDispatchMode
 
 pytestmark = pytest.mark.kernels_ci
 
@@ -48,20 +48,6 @@ def built_archs() -> set[str]:
     """The archs (sm_90, ...) compiled into the build under test."""
     capabilities = set(variant_metadata()["backend"]["archs"])
     return {arch for arch, cc in ARCHS.items() if cc in capabilities}
-
-
-class OpRecorder(TorchDispatchMode):
-    """Records the package's ops dispatched while active (fp4-gemm's namespace only)."""
-
-    def __init__(self, namespace: str) -> None:
-        super().__init__()
-        self.namespace = namespace
-        self.called: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.namespace == self.namespace:
-            self.called.append(func._opname)
-        return func(*args, **(kwargs or {}))
 
 
 def ops_called(fp4, name: str) -> list[str]:

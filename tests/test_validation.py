@@ -17,8 +17,8 @@ from collections.abc import Callable
 import pytest
 import torch
 from api_cases import make_call
+from checks import OpRecorder
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
 pytestmark = pytest.mark.kernels_ci
 
@@ -899,20 +899,6 @@ RULES = [
     *GROUP_WISE_QUANT, *DENSE, *BATCH, *CONTIGUOUS, *MASKED, *SWIGLU, *PERMUTE,
     *QUANTIZERS, *PADDING, *DEQUANTIZE, *GEMMS, *TIERS, *SIZES,
 ]  # fmt: skip
-
-
-class OpRecorder(TorchDispatchMode):
-    """Records the package's ops dispatched while active (fp4-gemm's namespace only)."""
-
-    def __init__(self, namespace: str) -> None:
-        super().__init__()
-        self.namespace = namespace
-        self.called: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.namespace == self.namespace:
-            self.called.append(func._opname)
-        return func(*args, **(kwargs or {}))
 
 
 def broken_call(name: str, mutation: Mutation) -> tuple[list, dict]:

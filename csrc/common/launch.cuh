@@ -9,6 +9,9 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
+#include <cstdint>
+
 #include "csrc/common/check.h"
 #include "csrc/common/sf_layout.cuh"
 
@@ -25,6 +28,9 @@ __device__ __forceinline__ void griddep_launch_dependents() {
 // as the row (32 threads at least), so short rows leave no threads idle, and no thread divides a
 // 64-bit index to find its row and column.
 constexpr int kMatrixThreads = 256;
+
+// Whether vector accesses of `bytes` bytes may start at ptr.
+inline bool is_aligned(const void* ptr, size_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
 
 struct MatrixLaunch {
   dim3 grid;

@@ -107,8 +107,6 @@ __global__ void __launch_bounds__(kMatrixThreads) dequantize_kernel(const Dequan
   }
 }
 
-bool aligned(const void* ptr, size_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
-
 template <class Traits, class Out, ScaleLayout kLayout>
 void launch(const DequantizeProblem& problem, cudaStream_t stream) {
   DequantizeParams<Out> p;
@@ -118,8 +116,8 @@ void launch(const DequantizeProblem& problem, cudaStream_t stream) {
   p.rows = problem.rows;
   p.cols = problem.cols;
   p.nkb = problem.cols / Traits::kGroup;
-  p.vector_loads = aligned(problem.values, 4);  // rows of codes are whole words (cols % 16 == 0)
-  p.vector_stores = aligned(problem.out, 16);   // rows of outputs are whole 16-byte multiples
+  p.vector_loads = is_aligned(problem.values, 4);  // rows of codes are whole words (cols % 16 == 0)
+  p.vector_stores = is_aligned(problem.out, 16);   // rows of outputs are whole 16-byte multiples
   if (p.rows == 0 || p.cols == 0) return;
   const MatrixLaunch shape = matrix_launch(p.rows, p.cols / kWord);
   // The op has no pdl argument: launch without programmatic dependent launch.

@@ -194,8 +194,6 @@ __global__ void __launch_bounds__(kCopyThreads) copy_rows_kernel(const PermutePa
   }
 }
 
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
-
 }  // namespace
 
 void permute_to_masked(const PermuteProblem& problem, cudaStream_t stream) {
@@ -231,7 +229,7 @@ void permute_to_masked(const PermuteProblem& problem, cudaStream_t stream) {
   launch_kernel(chunk_scan_kernel, dim3(unsigned(p.experts)), dim3(kScanThreads), 0, stream, false, p);
   if (p.chunks == 0) return;
   launch_kernel(chunk_rank_kernel, dim3(unsigned(p.chunks)), dim3(32), counter_bytes, stream, false, p);
-  const bool vectors = aligned16(problem.x) && aligned16(problem.permute_x) && p.row_bytes % 16 == 0;
+  const bool vectors = is_aligned(problem.x, 16) && is_aligned(problem.permute_x, 16) && p.row_bytes % 16 == 0;
   const dim3 grid(unsigned(problem.tokens));
   vectors ? launch_kernel(copy_rows_kernel<uint4>, grid, dim3(kCopyThreads), 0, stream, false, p)
           : launch_kernel(copy_rows_kernel<uint8_t>, grid, dim3(kCopyThreads), 0, stream, false, p);

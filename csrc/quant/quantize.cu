@@ -63,8 +63,6 @@ __global__ void __launch_bounds__(kMatrixThreads) quantize_kernel(const Quantize
   }
 }
 
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
-
 template <class Traits, class T, ScaleLayout kLayout>
 void launch(const QuantizeProblem& problem, cudaStream_t stream) {
   constexpr int G = Traits::kGroup;
@@ -79,7 +77,7 @@ void launch(const QuantizeProblem& problem, cudaStream_t stream) {
   p.scales = problem.scales;
   p.nkb = problem.out_cols / G;
   p.grid = scale_grid(kLayout, problem.out_rows, p.nkb);
-  p.vector_loads = aligned16(problem.input) && (problem.in_cols * sizeof(T)) % 16 == 0;
+  p.vector_loads = is_aligned(problem.input, 16) && (problem.in_cols * sizeof(T)) % 16 == 0;
   p.vector_stores = reinterpret_cast<uintptr_t>(problem.values) % (kBlockBytes < 16 ? kBlockBytes : 16) == 0;
 
   if (p.grid.rows == 0 || p.grid.cols == 0) return;

@@ -65,8 +65,6 @@ __global__ void __launch_bounds__(kMatrixThreads) swiglu_quant_kernel(const Swig
   }
 }
 
-bool aligned(const void* ptr, int bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
-
 template <class Traits>
 void launch(const SwigluQuantProblem& problem, cudaStream_t stream) {
   constexpr int G = Traits::kGroup;
@@ -80,8 +78,8 @@ void launch(const SwigluQuantProblem& problem, cudaStream_t stream) {
   p.grid = scale_grid(ScaleLayout::Swizzled, problem.rows, p.nkb);
   p.values = static_cast<uint8_t*>(problem.values);
   p.scales = problem.scales;
-  p.vector_loads = aligned(problem.input, 16);
-  p.vector_stores = aligned(problem.values, kBlockBytes < 16 ? kBlockBytes : 16);
+  p.vector_loads = is_aligned(problem.input, 16);
+  p.vector_stores = is_aligned(problem.values, kBlockBytes < 16 ? kBlockBytes : 16);
 
   if (p.grid.rows == 0 || p.grid.cols == 0) return;
   p.rows_per_group = problem.rows / problem.groups;  // > 0 here: rows > 0 is a multiple of groups
