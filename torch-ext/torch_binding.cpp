@@ -5,15 +5,22 @@
 #include "torch-ext/torch_binding.h"
 
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
+// The op namespace as a string (registration.h's own macros differ between build tools).
+#define FP4_GEMM_NAME_STRING_(x) #x
+#define FP4_GEMM_NAME_STRING(x) FP4_GEMM_NAME_STRING_(x)
+
 #include "csrc/common/types.h"
 #include "csrc/gemm/backends.h"
+#include "csrc/gemm/dispatch.h"
 #include "csrc/quant/dequantize.h"
 #include "csrc/quant/permute.h"
 #include "csrc/quant/quantize.h"
@@ -42,6 +49,32 @@ fp4_gemm::FloatType float_type(const at::Tensor& t) {
     default:
       TORCH_CHECK(false, "fp4_gemm: expected a bfloat16, float16 or float32 tensor, got ", t.scalar_type());
   }
+}
+
+template <class Enum, size_t N>
+Enum parse_name(std::string_view name, const std::string_view (&names)[N], const char* what) {
+  for (size_t i = 0; i < N; ++i) {
+    if (names[i] == name) return static_cast<Enum>(i);
+  }
+  TORCH_CHECK(false, "fp4_gemm.gemm: unknown ", what, " '", name, "'");
+}
+
+// Names in the enums' order (csrc/gemm/problem.h), as the Python layer spells them.
+constexpr std::string_view kOperandFormats[] = {"mxfp8", "mxfp4", "nvfp4", "e0m3"};
+constexpr std::string_view kGroupings[] = {"dense", "batched", "contiguous", "masked"};
+constexpr std::string_view kActivations[] = {"none", "gelu", "relu2", "geglu"};
+constexpr std::string_view kOutFormats[] = {"bf16", "fp16", "nvfp4", "nvfp4_from_fp16"};
+constexpr std::string_view kSchedules[] = {"auto", "streamk", "skinny", "gemv", "mrows", "m256"};
+
+// Compute capability of a device, read once per device.
+int device_cc(c10::DeviceIndex index) {
+  static int cache[64] = {};
+  TORCH_CHECK(index >= 0 && index < 64, "fp4_gemm: device index out of range");
+  if (cache[index] == 0) {
+    const auto* props = at::cuda::getDeviceProperties(index);
+    cache[index] = props->major * 10 + props->minor;
+  }
+  return cache[index];
 }
 
 // Logical columns of stored values: one E4M3 byte per element, or two 4-bit codes per byte.
@@ -185,9 +218,115 @@ void permute_to_masked_cuda(const at::Tensor& x, const at::Tensor& scale, const 
   fp4_gemm::permute_to_masked(problem, at::cuda::getCurrentCUDAStream());
 }
 
+namespace {
+
+// Host-visible parts of a GEMM, from the op's string arguments.
+fp4_gemm::GemmProblem gemm_kind(std::string_view a_format, std::string_view b_format, bool b_interleaved,
+                                std::string_view grouping, std::string_view activation, std::string_view out_format,
+                                std::string_view schedule) {
+  using namespace fp4_gemm;
+  GemmProblem problem;
+  problem.a.format = parse_name<OperandFormat>(a_format, kOperandFormats, "operand format");
+  problem.b.format = parse_name<OperandFormat>(b_format, kOperandFormats, "operand format");
+  problem.b_interleaved = b_interleaved;
+  problem.grouping = parse_name<Grouping>(grouping, kGroupings, "grouping");
+  problem.epilogue.activation = parse_name<Activation>(activation, kActivations, "activation");
+  problem.epilogue.out_format = parse_name<OutFormat>(out_format, kOutFormats, "output format");
+  problem.schedule = parse_name<Schedule>(schedule, kSchedules, "schedule");
+  return problem;
+}
+
+template <class T>
+const T* optional_ptr(const std::optional<at::Tensor>& t) {
+  return t.has_value() ? static_cast<const T*>(t->data_ptr()) : nullptr;
+}
+
+}  // namespace
+
+void gemm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& sfa, const at::Tensor& sfb,
+               std::string_view a_format, std::string_view b_format, bool b_interleaved, std::string_view grouping,
+               const std::optional<at::Tensor>& group_index, int64_t group_rows, const std::optional<at::Tensor>& alpha,
+               double alpha_scale, const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& residual,
+               std::string_view activation, at::Tensor& out, const std::optional<at::Tensor>& out_scales,
+               std::string_view out_format, std::string_view schedule, int64_t variant, int64_t sm_count,
+               int64_t warps, int64_t stages, const std::optional<at::Tensor>& workspace, bool pdl) {
+  using namespace fp4_gemm;
+  TORCH_CHECK(a.is_contiguous() && b.is_contiguous() && sfa.is_contiguous() && sfb.is_contiguous() &&
+                  out.is_contiguous() && a.dim() >= 2 && b.dim() >= 2,
+              "fp4_gemm.gemm: operands, scales and out must be contiguous");
+  const c10::cuda::CUDAGuard guard(a.device());
+  GemmProblem problem =
+      gemm_kind(a_format, b_format, b_interleaved, grouping, activation, out_format, schedule);
+  problem.k = a.size(-1) * 8 / element_bits(problem.a.format);
+  problem.m = a.numel() / a.size(-1);
+  problem.n = b.size(-2);
+  problem.groups = b.dim() == 3 ? b.size(0) : 1;
+  problem.a.values = a.data_ptr();
+  problem.a.scales = sfa.data_ptr<uint8_t>();
+  problem.b.values = b.data_ptr();
+  problem.b.scales = sfb.data_ptr<uint8_t>();
+  problem.group_index = optional_ptr<int32_t>(group_index);
+  problem.group_rows = group_rows;
+  auto& epilogue = problem.epilogue;
+  epilogue.alpha = optional_ptr<float>(alpha);
+  epilogue.alpha_count = alpha.has_value() ? alpha->numel() : 0;
+  epilogue.alpha_scale = static_cast<float>(alpha_scale);
+  if (bias.has_value()) {
+    epilogue.bias = bias->data_ptr();
+    epilogue.bias_type = float_type(*bias);
+    epilogue.bias_per_group = bias->dim() > 1;
+  }
+  epilogue.residual = optional_ptr<void>(residual);
+  epilogue.out = out.data_ptr();
+  epilogue.out_scales = out_scales.has_value() ? out_scales->data_ptr<uint8_t>() : nullptr;
+  problem.variant = static_cast<int>(variant);
+  problem.sm_count = static_cast<int>(sm_count);
+  problem.warps = static_cast<int>(warps);
+  problem.stages = static_cast<int>(stages);
+  problem.workspace = workspace.has_value() ? workspace->data_ptr() : nullptr;
+  problem.workspace_bytes = workspace.has_value() ? workspace->nbytes() : 0;
+  problem.pdl = pdl;
+
+  if (const GemmBackend* backend = find_gemm_backend(problem, device_cc(a.get_device()))) {
+    backend->run(problem, at::cuda::getCurrentCUDAStream());
+    return;
+  }
+  // No kernel of this build serves the problem: the exact reference, run on the GPU with PyTorch ops.
+  static const auto reference = c10::Dispatcher::singleton()
+                                    .findSchemaOrThrow(FP4_GEMM_NAME_STRING(TORCH_EXTENSION_NAME) "::gemm_reference", "")
+                                    .typed<decltype(gemm_cuda)>();
+  reference.call(a, b, sfa, sfb, a_format, b_format, b_interleaved, grouping, group_index, group_rows, alpha,
+                 alpha_scale, bias, residual, activation, out, out_scales, out_format, schedule, variant, sm_count,
+                 warps, stages, workspace, pdl);
+}
+
+std::string gemm_backend_name(int64_t cc, std::string_view a_format, std::string_view b_format, bool b_interleaved,
+                              std::string_view grouping, std::string_view activation, std::string_view out_format,
+                              std::string_view schedule, int64_t m, int64_t n, int64_t k) {
+  using namespace fp4_gemm;
+  GemmProblem problem = gemm_kind(a_format, b_format, b_interleaved, grouping, activation, out_format, schedule);
+  problem.m = m;
+  problem.n = n;
+  problem.k = k;
+  // Host-side predicates look at alignment only: any 256-byte aligned address stands for a buffer.
+  const auto* aligned = reinterpret_cast<uint8_t*>(uintptr_t{1} << 12);
+  problem.a.values = problem.b.values = aligned;
+  problem.a.scales = problem.b.scales = aligned;
+  problem.epilogue.out = const_cast<uint8_t*>(aligned);
+  if (problem.epilogue.out_format == OutFormat::Nvfp4 || problem.epilogue.out_format == OutFormat::Nvfp4FromFp16) {
+    problem.epilogue.out_scales = const_cast<uint8_t*>(aligned);
+  }
+  const GemmBackend* backend = find_gemm_backend(problem, static_cast<int>(cc));
+  return backend == nullptr ? "" : backend->name;
+}
+
 std::vector<int64_t> gemm_backend_archs() {
   std::vector<int64_t> archs;
-  for (const auto arch : fp4_gemm::gemm_backends()) archs.push_back(static_cast<int64_t>(arch));
+  for (const auto& backend : fp4_gemm::gemm_backends()) {
+    const auto arch = static_cast<int64_t>(backend.arch);
+    if (arch != 0 && std::find(archs.begin(), archs.end(), arch) == archs.end()) archs.push_back(arch);
+  }
+  std::sort(archs.begin(), archs.end());
   return archs;
 }
 
@@ -211,6 +350,21 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
       "str grouping, Tensor? group_index, int group_rows, Tensor? alpha, float alpha_scale, Tensor? bias, "
       "Tensor? residual, str activation, Tensor(a!) out, Tensor(b!)? out_scales, str out_format, str schedule, "
       "int variant, int sm_count, int warps, int stages, Tensor(c!)? workspace, bool pdl) -> ()");
+  ops.impl("gemm", c10::kCUDA, &gemm_cuda);
+
+  // The exact reference of `gemm` on the GPU (registered from Python): what `gemm` runs when no
+  // kernel of this build serves a problem.
+  ops.def(
+      "gemm_reference(Tensor a, Tensor b, Tensor sfa, Tensor sfb, str a_format, str b_format, bool b_interleaved, "
+      "str grouping, Tensor? group_index, int group_rows, Tensor? alpha, float alpha_scale, Tensor? bias, "
+      "Tensor? residual, str activation, Tensor(a!) out, Tensor(b!)? out_scales, str out_format, str schedule, "
+      "int variant, int sm_count, int warps, int stages, Tensor(c!)? workspace, bool pdl) -> ()");
+
+  // Name of the backend that runs such a GEMM on compute capability cc ("" = the reference).
+  ops.def(
+      "gemm_backend(int cc, str a_format, str b_format, bool b_interleaved, str grouping, str activation, "
+      "str out_format, str schedule, int m, int n, int k) -> str",
+      &gemm_backend_name);
 
   // SwiGLU (input = [gate | up]) then quantization (recipe mxfp8 or nvfp4) of each group's first
   // counts[g] rows; other rows are not written.
@@ -231,7 +385,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
 
   // The ops above with a CUDA kernel in this library; the others run the reference on the GPU.
   ops.def("native_cuda_ops() -> str[]", []() -> std::vector<std::string> {
-    return {"quantize", "dequantize", "swiglu_quant", "permute_to_masked"};
+    return {"quantize", "dequantize", "swiglu_quant", "permute_to_masked", "gemm"};
   });
 }
 

@@ -4,6 +4,8 @@
 
 #include <ATen/Tensor.h>
 
+#include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -19,5 +21,17 @@ void swiglu_quant_cuda(const at::Tensor& input, const at::Tensor& counts, std::s
 void permute_to_masked_cuda(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& topk_ids,
                             int64_t num_experts, int64_t max_token_num, at::Tensor& permute_x, at::Tensor& out_scale,
                             at::Tensor& index_map, at::Tensor& counts);
+
+void gemm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& sfa, const at::Tensor& sfb,
+               std::string_view a_format, std::string_view b_format, bool b_interleaved, std::string_view grouping,
+               const std::optional<at::Tensor>& group_index, int64_t group_rows, const std::optional<at::Tensor>& alpha,
+               double alpha_scale, const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& residual,
+               std::string_view activation, at::Tensor& out, const std::optional<at::Tensor>& out_scales,
+               std::string_view out_format, std::string_view schedule, int64_t variant, int64_t sm_count,
+               int64_t warps, int64_t stages, const std::optional<at::Tensor>& workspace, bool pdl);
+
+std::string gemm_backend_name(int64_t cc, std::string_view a_format, std::string_view b_format, bool b_interleaved,
+                              std::string_view grouping, std::string_view activation, std::string_view out_format,
+                              std::string_view schedule, int64_t m, int64_t n, int64_t k);
 
 std::vector<int64_t> gemm_backend_archs();

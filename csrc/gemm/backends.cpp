@@ -1,24 +1,28 @@
 #include "csrc/gemm/backends.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace fp4_gemm {
 namespace {
 
 // Function-local so that registrars in other translation units may run first.
-std::vector<GemmArch>& registry() {
-  static std::vector<GemmArch> archs;
-  return archs;
+std::vector<GemmBackend>& registry() {
+  static std::vector<GemmBackend> backends;
+  return backends;
 }
 
 }  // namespace
 
-void register_gemm_backend(GemmArch arch) {
-  auto& archs = registry();
-  if (std::find(archs.begin(), archs.end(), arch) == archs.end()) archs.push_back(arch);
-  std::sort(archs.begin(), archs.end());
+void register_gemm_backend(const GemmBackend& backend) {
+  auto& backends = registry();
+  const auto same_name = [&](const GemmBackend& b) { return std::strcmp(b.name, backend.name) == 0; };
+  if (std::any_of(backends.begin(), backends.end(), same_name)) return;
+  backends.push_back(backend);
+  std::stable_sort(backends.begin(), backends.end(),
+                   [](const GemmBackend& x, const GemmBackend& y) { return x.priority < y.priority; });
 }
 
-std::vector<GemmArch> gemm_backends() { return registry(); }
+const std::vector<GemmBackend>& gemm_backends() { return registry(); }
 
 }  // namespace fp4_gemm

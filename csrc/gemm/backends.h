@@ -1,24 +1,41 @@
-// The GEMM backends compiled into this build, one per arch section of build.toml.
+// The GEMM backends compiled into this build.
 //
-// Each arch section registers itself from its own translation unit, so a build that lacks a
-// section (sm_110a needs CUDA >= 13) has no entry for that arch, and dispatch can say so instead
-// of launching code that is not there.
+// Each backend registers itself from its own translation unit: the arch sections of build.toml
+// (sm90, sm100, sm110, sm120) and the portable skinny kernels of the common section. A build that
+// lacks a section (sm_110a needs CUDA >= 13) has no entry for it, and dispatch says so instead of
+// launching code that is not there.
 #pragma once
+
+#include <cuda_runtime.h>
 
 #include <vector>
 
+#include "csrc/gemm/problem.h"
+
 namespace fp4_gemm {
 
-// Compute capability (major * 10 + minor) an arch section's code runs on.
-enum class GemmArch : int { Sm90 = 90, Sm100 = 100, Sm110 = 110, Sm120 = 120 };
+// Compute capability (major * 10 + minor) an arch section's code runs on. Portable backends
+// (plain CUDA compiled for every arch of the build) run on all of them.
+enum class GemmArch : int { Portable = 0, Sm90 = 90, Sm100 = 100, Sm110 = 110, Sm120 = 120 };
 
-void register_gemm_backend(GemmArch arch);
+struct GemmBackend {
+  const char* name;
+  GemmArch arch;
+  // Lower runs first among the backends that serve a problem (skinny tiers before the engines).
+  int priority;
+  // Whether this backend computes the problem. Reads only host-side fields (shapes, formats,
+  // pointers' alignment), never device data, so it can run during CUDA-graph capture.
+  bool (*supports)(const GemmProblem& problem);
+  void (*run)(const GemmProblem& problem, cudaStream_t stream);
+};
 
-// Archs with a backend in this build, ascending.
-std::vector<GemmArch> gemm_backends();
+void register_gemm_backend(const GemmBackend& backend);
+
+// Registered backends, by priority.
+const std::vector<GemmBackend>& gemm_backends();
 
 struct GemmBackendRegistrar {
-  explicit GemmBackendRegistrar(GemmArch arch) { register_gemm_backend(arch); }
+  explicit GemmBackendRegistrar(const GemmBackend& backend) { register_gemm_backend(backend); }
 };
 
 }  // namespace fp4_gemm

@@ -9,6 +9,7 @@ has no code for the arch).
 from __future__ import annotations
 
 import json
+from dataclasses import astuple, dataclass
 from pathlib import Path
 
 from . import _validate, reference
@@ -32,37 +33,57 @@ FUNCTION_OPS = {
     "fused_swiglu_quant": "swiglu_quant",
     "prefill_permute_to_masked_gemm": "permute_to_masked",
     "fp4_repack_b_interleaved_sm120": "repack",
-    **{
-        name: "gemm"
-        for name in (
-            "dense_gemm",
-            "batch_gemm",
-            "group_contiguous_gemm",
-            "group_masked_gemm",
-            "nvfp4_gemm_bf16",
-            "nvfp4_gemm_fp16",
-            "nvfp4_gemm_variant_bf16",
-            "nvfp4_gemm_nvfp4",
-            "nvfp4_gemm_geglu_nvfp4_fp16",
-            "cutlass_fp4_gemm_geglu_il_hw_v10",
-            "nvfp4_gemm_bias_gelu_nvfp4_fp16",
-            "nvfp4_gemm_bias_residual_fp16",
-            "nvfp4_gemm_bias_bf16",
-            "nvfp4_gemm_bias_residual_bf16",
-            "nvfp4_gemm_residual_bf16",
-            "nvfp4_gemm_bias_gelu_bf16",
-            "nvfp4_gemm_bias_gelu_nvfp4",
-            "nvfp4_gemm_streamk_bf16",
-            "nvfp4_gemm_streamk_bias_bf16",
-            "fp4_w4a16_linear_bf16",
-            "fp4_w4a4_gemv_warpsplit_interleaved_bf16",
-            "fp4_w4a4_gemm_warpsplit_mrows_bf16",
-            "nvfp4_gemm_m256_bf16",
-            "e0m3_weight_gemm_fp16",
-            "nvfp4_gemm_relu2_nvfp4",
-        )
-    },
 }
+
+
+@dataclass(frozen=True)
+class GemmKind:
+    """What a public GEMM function asks the `gemm` op for; the backend that serves it decides the
+    function's status (ops.gemm_backend answers from the same predicates dispatch uses)."""
+
+    a_format: str = "nvfp4"
+    b_format: str = "nvfp4"
+    b_interleaved: bool = False
+    grouping: str = "dense"
+    activation: str = "none"
+    out_format: str = "bf16"
+    schedule: str = "auto"
+    m: int = 256  # a representative M: 256 for the general tiers, the tier's own M for the decode tiers
+
+
+HALOPS_MODES = ("mxfp8", "mxfp4", "nvfp4")
+# public GEMM function -> every kind of problem it can issue (all must be native for "native")
+GEMM_KINDS: dict[str, tuple[GemmKind, ...]] = {
+    "dense_gemm": tuple(GemmKind(f, f) for f in HALOPS_MODES),
+    "batch_gemm": tuple(GemmKind(f, f, grouping="batched") for f in HALOPS_MODES),
+    "group_contiguous_gemm": tuple(GemmKind(f, f, grouping="contiguous") for f in HALOPS_MODES),
+    "group_masked_gemm": tuple(GemmKind(f, f, grouping="masked") for f in HALOPS_MODES),
+    "nvfp4_gemm_bf16": (GemmKind(),),
+    "nvfp4_gemm_fp16": (GemmKind(out_format="fp16"),),
+    "nvfp4_gemm_variant_bf16": (GemmKind(),),
+    "fp4_w4a16_linear_bf16": (GemmKind(),),
+    "nvfp4_gemm_streamk_bf16": (GemmKind(schedule="streamk"),),
+    "nvfp4_gemm_streamk_bias_bf16": (GemmKind(schedule="streamk"),),
+    "nvfp4_gemm_bias_bf16": (GemmKind(),),
+    "nvfp4_gemm_residual_bf16": (GemmKind(),),
+    "nvfp4_gemm_bias_residual_bf16": (GemmKind(),),
+    "nvfp4_gemm_bias_residual_fp16": (GemmKind(out_format="fp16"),),
+    "nvfp4_gemm_bias_gelu_bf16": (GemmKind(activation="gelu"),),
+    "nvfp4_gemm_nvfp4": (GemmKind(out_format="nvfp4"),),
+    "nvfp4_gemm_relu2_nvfp4": (GemmKind(activation="relu2", out_format="nvfp4"),),
+    "nvfp4_gemm_bias_gelu_nvfp4": (GemmKind(activation="gelu", out_format="nvfp4"),),
+    "nvfp4_gemm_bias_gelu_nvfp4_fp16": (GemmKind(activation="gelu", out_format="nvfp4_from_fp16"),),
+    "nvfp4_gemm_geglu_nvfp4_fp16": (GemmKind(activation="geglu", out_format="nvfp4_from_fp16"),),
+    "cutlass_fp4_gemm_geglu_il_hw_v10": (GemmKind(activation="geglu", out_format="nvfp4_from_fp16"),),
+    "e0m3_weight_gemm_fp16": (
+        GemmKind("nvfp4", "e0m3", out_format="fp16"),
+        GemmKind("e0m3", "e0m3", out_format="fp16"),
+    ),
+    "fp4_w4a4_gemv_warpsplit_interleaved_bf16": (GemmKind(b_interleaved=True, schedule="gemv", m=1),),
+    "fp4_w4a4_gemm_warpsplit_mrows_bf16": tuple(GemmKind(schedule="mrows", m=m) for m in (1, 16)),
+    "nvfp4_gemm_m256_bf16": (GemmKind(schedule="m256", m=512),),
+}
+FUNCTION_OPS.update({name: "gemm" for name in GEMM_KINDS})
 HOST_FUNCTIONS = ("sfa_size_bytes", "capabilities", "nvfp4_gemm_m256_workspace_size")
 
 
@@ -74,18 +95,26 @@ def built_archs() -> list[str]:
     return list(json.loads(metadata.read_text())["backend"]["archs"])
 
 
-def op_status(op: str, arch: str, built: list[str]) -> str:
+def gemm_backend(kind: GemmKind, arch: str) -> str:
+    """Name of the backend serving `kind` on `arch` in this build ("" = the reference), for a problem of
+    N = K = 4096."""
+    return ops.gemm_backend(int(arch[3:]), *astuple(kind)[:-1], kind.m, 4096, 4096)
+
+
+def op_status(function: str, op: str, arch: str, built: list[str]) -> str:
     if op not in NATIVE_CUDA_OPS:
         return "reference"  # PyTorch ops on the device: any CUDA GPU
     if ARCHS[arch] not in built:
         return "unsupported"  # the kernel exists, but this build has no code for the arch
+    if op == "gemm" and not all(gemm_backend(kind, arch) for kind in GEMM_KINDS[function]):
+        return "reference"
     return "native" if arch in RUN_ARCHS else "native (compile-verified)"
 
 
 def function_status() -> dict[str, dict[str, str]]:
     built = built_archs()
     table = {
-        name: {arch: op_status(op, arch, built) for arch in ARCHS} | {"cpu": "reference"}
+        name: {arch: op_status(name, op, arch, built) for arch in ARCHS} | {"cpu": "reference"}
         for name, op in FUNCTION_OPS.items()
     }
     for name in HOST_FUNCTIONS:

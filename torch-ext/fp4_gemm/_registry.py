@@ -21,6 +21,7 @@ REFERENCE_IMPLS: dict[str, Callable[..., None]] = {
     "quantize": reference.quantize_into,
     "dequantize": reference.dequantize_into,
     "gemm": reference.gemm_into,
+    "gemm_reference": reference.gemm_into,  # what the native `gemm` runs when no kernel serves a problem
     "swiglu_quant": reference.swiglu_quant_into,
     "permute_to_masked": reference.permute_into,
     "repack": reference.repack_into,

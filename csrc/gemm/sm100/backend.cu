@@ -1,10 +1,3 @@
-// Datacenter Blackwell (sm_100a) CUTLASS block-scaled kernels. Until they land, GEMM ops run the reference.
+// Blackwell CUTLASS block-scaled kernels for this arch section land here (issue 7). Until then
+// this section registers no GEMM backend, and GEMM ops on this arch run the reference.
 #include "csrc/gemm/backends.h"
-
-namespace fp4_gemm {
-namespace {
-
-const GemmBackendRegistrar kRegistrar(GemmArch::Sm100);
-
-}  // namespace
-}  // namespace fp4_gemm

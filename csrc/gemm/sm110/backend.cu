@@ -1,10 +1,3 @@
-// Jetson Thor (sm_110a): the sm100 kernels built for 11.0a (CUDA >= 13). Until they land, GEMM ops run the reference.
+// Blackwell CUTLASS block-scaled kernels for this arch section land here (issue 7). Until then
+// this section registers no GEMM backend, and GEMM ops on this arch run the reference.
 #include "csrc/gemm/backends.h"
-
-namespace fp4_gemm {
-namespace {
-
-const GemmBackendRegistrar kRegistrar(GemmArch::Sm110);
-
-}  // namespace
-}  // namespace fp4_gemm

@@ -1,10 +1,2 @@
 // Hopper engine (sm_90a). Its kernels land here with the GEMM engine; until then GEMM ops run the reference.
 #include "csrc/gemm/backends.h"
-
-namespace fp4_gemm {
-namespace {
-
-const GemmBackendRegistrar kRegistrar(GemmArch::Sm90);
-
-}  // namespace
-}  // namespace fp4_gemm

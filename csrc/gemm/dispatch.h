@@ -1,0 +1,19 @@
+// Arch + problem -> the one backend that computes it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "csrc/gemm/backends.h"
+#include "csrc/gemm/problem.h"
+
+namespace fp4_gemm {
+
+// The first registered backend (by priority) that runs on compute capability `cc` and serves the
+// problem; nullptr when none does (the op then runs the reference).
+const GemmBackend* find_gemm_backend(const GemmProblem& problem, int cc);
+
+// Whether a backend of `arch` has code for compute capability `cc`: portable backends everywhere,
+// arch sections on their own capability only.
+bool arch_runs_on(GemmArch arch, int cc);
+
+}  // namespace fp4_gemm

@@ -1,0 +1,90 @@
+// One description of every GEMM of the package (docs/FORMATS.md, "GEMM result"):
+//
+//   out[m, n] = encode(act(alpha_scale * alpha[g(m)] * sum_k A[m, k] * B[g(m)][n, k] + bias + residual))
+//
+// over exactly dequantized block-scaled operands. The registered `gemm` op fills it from its
+// arguments; dispatch hands it to the one backend that serves it. A new epilogue or grouping is a
+// field here and a case in each backend, never a new kernel family.
+#pragma once
+
+#include <cstdint>
+
+#include "csrc/common/types.h"
+
+namespace fp4_gemm {
+
+// Element format and block scale of an operand: E4M3/UE8M0 per 32, E2M1/UE8M0 per 32,
+// E2M1/UE4M3 per 16, E0M3/UE4M3 per 16.
+enum class OperandFormat : int { Mxfp8 = 0, Mxfp4 = 1, Nvfp4 = 2, E0m3 = 3 };
+
+// Which weight matrix each row of A multiplies, and which rows the op owns (writes).
+//   Dense:      one weight.
+//   Batched:    rows [g * group_rows, (g + 1) * group_rows) use weight g.
+//   Contiguous: group_index[m] is row m's expert; ids outside [0, groups) are not owned.
+//   Masked:     as Batched, but only the first clamp(group_index[g], 0, group_rows) rows of each
+//               group are owned.
+enum class Grouping : int { Dense = 0, Batched = 1, Contiguous = 2, Masked = 3 };
+
+// Geglu: weight rows 2j (gate) and 2j + 1 (up) give out[:, j] = gelu(y[:, 2j]) * y[:, 2j + 1].
+enum class Activation : int { None = 0, Gelu = 1, Relu2 = 2, Geglu = 3 };
+
+// Nvfp4FromFp16 rounds the epilogue result to fp16 before quantizing it.
+enum class OutFormat : int { Bf16 = 0, Fp16 = 1, Nvfp4 = 2, Nvfp4FromFp16 = 3 };
+
+// The public function's schedule request. Auto lets dispatch choose; the others name a tier of
+// the flashrt-style API. None of them changes the result.
+enum class Schedule : int { Auto = 0, StreamK = 1, Skinny = 2, Gemv = 3, Mrows = 4, M256 = 5 };
+
+inline constexpr int block_size(OperandFormat f) {
+  return f == OperandFormat::Mxfp8 || f == OperandFormat::Mxfp4 ? 32 : 16;
+}
+inline constexpr int element_bits(OperandFormat f) { return f == OperandFormat::Mxfp8 ? 8 : 4; }
+
+// A block-scaled operand: row-major stored values and CUTLASS SfAtom scales (docs/FORMATS.md).
+struct GemmOperand {
+  const void* values = nullptr;    // [rows, K * element_bits / 8] bytes, row pitch exactly that
+  const uint8_t* scales = nullptr;  // swizzled scales of all rows (B: of all groups' rows)
+  OperandFormat format = OperandFormat::Nvfp4;
+};
+
+struct GemmEpilogue {
+  const float* alpha = nullptr;  // device: nullptr, one value, or one per group
+  int64_t alpha_count = 0;
+  float alpha_scale = 1.0f;
+  const void* bias = nullptr;  // [N] or [groups, N] of bias_type
+  FloatType bias_type = FloatType::Bf16;
+  bool bias_per_group = false;
+  const void* residual = nullptr;  // [M, N] of the output's dtype
+  Activation activation = Activation::None;
+  void* out = nullptr;  // [M, N_out] bf16/fp16, or packed E2M1 [M, N_out / 2]
+  uint8_t* out_scales = nullptr;  // swizzled UE4M3 scales of an NVFP4 output
+  OutFormat out_format = OutFormat::Bf16;
+};
+
+struct GemmProblem {
+  int64_t m = 0;       // rows of A (all groups)
+  int64_t n = 0;       // rows of each weight matrix (before GeGLU halves the output)
+  int64_t k = 0;
+  int64_t groups = 1;  // weight matrices in B
+  GemmOperand a;
+  GemmOperand b;
+  bool b_interleaved = false;  // B in the streaming layout (tiles of 8 rows x 64 elements)
+  Grouping grouping = Grouping::Dense;
+  const int32_t* group_index = nullptr;  // device: expert id per row (Contiguous), valid rows per group (Masked)
+  int64_t group_rows = 0;
+  GemmEpilogue epilogue;
+
+  // How it runs, never what it computes.
+  Schedule schedule = Schedule::Auto;
+  int variant = -1;
+  int sm_count = -1;  // -1: all SMs of the device
+  int warps = 0;      // skinny tiers: 0 picks
+  int stages = 0;
+  void* workspace = nullptr;
+  int64_t workspace_bytes = 0;
+  bool pdl = false;
+
+  int64_t n_out() const { return epilogue.activation == Activation::Geglu ? n / 2 : n; }
+};
+
+}  // namespace fp4_gemm
