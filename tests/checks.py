@@ -1,4 +1,5 @@
-"""Assertions shared by the tests: bitwise equality with a first-mismatch report, poisoned outputs."""
+"""Assertions shared by the tests: bitwise equality with a first-mismatch report, poisoned outputs, the
+GEMM error bound of docs/FORMATS.md."""
 
 from __future__ import annotations
 
@@ -62,3 +63,24 @@ class OpRecorder(TorchDispatchMode):
         if func.namespace == self.namespace:
             self.called.append(func._opname)
         return func(*args, **(kwargs or {}))
+
+
+def ulp(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """One unit in the last place of `dtype` at each value of ref (float64), subnormals included."""
+    info = torch.finfo(dtype)
+    exponent = torch.floor(torch.log2(ref.abs().clamp(min=info.tiny)))
+    return torch.exp2(exponent - {torch.bfloat16: 7, torch.float16: 10}[dtype]).clamp(min=info.tiny * info.eps)
+
+
+def assert_within_bound(out: torch.Tensor, ref: torch.Tensor, a: torch.Tensor, b: torch.Tensor, what: str) -> None:
+    """|out - ref| <= ulp_out(ref) + K * 2^-24 * (|A| @ |B|^T): out (any float dtype) against the float64
+    ref of A @ B^T-based math (a: [M, K], b: [N, K] dequantized). NaN must match NaN."""
+    if ref.numel() == 0:
+        return
+    nan = ref.isnan()
+    assert torch.equal(out.isnan(), nan), f"{what}: NaN where the reference has none, or the reverse"
+    k = a.shape[1]
+    bound = ulp(ref, out.dtype) + k * 2.0**-24 * (a.abs().double() @ b.abs().double().T)
+    err = torch.where(nan, 0.0, (out.double() - ref).abs())
+    worst = (err - bound).max().item()
+    assert worst <= 0, f"{what}: error exceeds the bound by {worst:.3g} (max err {err.max().item():.3g})"

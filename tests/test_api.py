@@ -1,5 +1,7 @@
-"""The whole public surface: forty functions, the specs' signatures, CPU == reference, CUDA == CPU,
-and every function traces under torch.compile(fullgraph=True)."""
+"""The whole public surface: forty functions, the specs' signatures, CPU == reference, CUDA == CPU
+(bit for bit; GEMM float outputs within a float32-accumulation tolerance, since native GEMMs sum in
+a different order: tests/test_gemm_*.py hold them to the exact docs/FORMATS.md bound), and every
+function traces under torch.compile(fullgraph=True)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import inspect
 import pytest
 import torch
 from api_cases import CASES, make_call, outcome
-from checks import assert_same_results
+from checks import assert_same_results, ulp
 
 HALOPS = [
     "group_wise_quant",
@@ -60,15 +62,33 @@ def test_cpu_call_matches_reference(fp4, ref, name):
     assert_same_results(got, expected, name)
 
 
+def assert_gemm_close(got: object, expected: object, what: str) -> None:
+    """Float outputs within 2 ulp + 2^-12 * max |expected| (the K = 128 calls here accumulate far less
+    error than that); NaN where and only where expected; anything else bit for bit."""
+    if not (isinstance(expected, torch.Tensor) and expected.dtype in (torch.bfloat16, torch.float16)):
+        assert_same_results(got, expected, what)
+        return
+    got, ref = got.cpu().double(), expected.double()
+    assert torch.equal(got.isnan(), ref.isnan()), f"{what}: NaN positions differ"
+    finite = ~ref.isnan()
+    tolerance = 2 * ulp(ref, expected.dtype) + 2.0**-12 * ref[finite].abs().max()
+    assert bool(((got - ref).abs() <= tolerance)[finite].all()), f"{what}: beyond the tolerance"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", CALLABLE)
-def test_cuda_call_equals_cpu_call_bit_for_bit(fp4, device, name):
+def test_cuda_call_matches_cpu_call(fp4, device, name):
+    compare = assert_gemm_close if fp4._capabilities.FUNCTION_OPS.get(name) == "gemm" else assert_same_results
     for seed in (0, 1):
         args, kwargs = make_call(name, device, seed)
         got = outcome(name, getattr(fp4, name)(*args, **kwargs), args)
         args, kwargs = make_call(name, "cpu", seed)
         expected = outcome(name, getattr(fp4, name)(*args, **kwargs), args)
-        assert_same_results(got, expected, f"{name} seed={seed}")
+        if isinstance(expected, tuple):
+            for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+                compare(g, e, f"{name} seed={seed} [{i}]")
+        else:
+            compare(got, expected, f"{name} seed={seed}")
 
 
 @pytest.mark.gpu

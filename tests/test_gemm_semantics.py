@@ -8,27 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 from api_cases import mode_operand, nvfp4_operand
+from checks import assert_within_bound
 
 pytestmark = pytest.mark.kernels_ci
 
 POISON = 7.0
-
-
-def ulp(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    info = torch.finfo(dtype)
-    exponent = torch.floor(torch.log2(ref.abs().clamp(min=info.tiny)))
-    return torch.exp2(exponent - {torch.bfloat16: 7, torch.float16: 10}[dtype]).clamp(min=info.tiny * info.eps)
-
-
-def assert_within_bound(out: torch.Tensor, ref: torch.Tensor, a: torch.Tensor, b: torch.Tensor, what: str) -> None:
-    """out (any float dtype) against the float64 ref of A @ B^T-based math (a: [M, K], b: [N, K] dequantized)."""
-    if ref.numel() == 0:
-        return
-    k = a.shape[1]
-    bound = ulp(ref, out.dtype) + k * 2.0**-24 * (a.abs().double() @ b.abs().double().T)
-    err = (out.double() - ref).abs()
-    worst = (err - bound).max().item()
-    assert worst <= 0, f"{what}: error exceeds the bound by {worst:.3g} (max err {err.max().item():.3g})"
 
 
 def rows_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -1,2 +1,110 @@
-// Hopper engine (sm_90a). Its kernels land here with the GEMM engine; until then GEMM ops run the reference.
+// The Hopper backend: which problems the engine serves, its tile choice, and the launch.
+#include <cuda_runtime.h>
+
+#include "csrc/common/launch.cuh"
 #include "csrc/gemm/backends.h"
+#include "csrc/gemm/sm90/engine.cuh"
+#include "csrc/gemm/sm90/tensor_map.h"
+
+namespace fp4_gemm::sm90 {
+namespace {
+
+// Operand pairs the engine decodes: the three symmetric modes, and E0M3 weights under NVFP4 or
+// E0M3 activations.
+bool operand_pair_supported(OperandFormat a, OperandFormat b) {
+  if (a == b) return true;
+  return a == OperandFormat::Nvfp4 && b == OperandFormat::E0m3;
+}
+
+int64_t row_bytes(OperandFormat format, int64_t k) { return k * element_bits(format) / 8; }
+
+bool supports(const GemmProblem& p) {
+  const GemmEpilogue& e = p.epilogue;
+  if (p.grouping != Grouping::Dense || p.groups != 1 || p.b_interleaved) return false;
+  if (e.out_format != OutFormat::Bf16 && e.out_format != OutFormat::Fp16) return false;
+  if (e.activation == Activation::Geglu || e.bias_per_group || e.alpha_count > 1) return false;
+  if (!operand_pair_supported(p.a.format, p.b.format)) return false;
+  if (p.m < 1 || p.n < 1 || p.k < 1 || p.m > INT32_MAX || p.n > INT32_MAX) return false;
+  // TMA: 16-byte aligned bases and row pitches; bulk scale copies: 16-byte aligned buffers.
+  if (row_bytes(p.a.format, p.k) % 16 != 0 || row_bytes(p.b.format, p.k) % 16 != 0) return false;
+  if (!is_aligned(p.a.values, 16) || !is_aligned(p.b.values, 16)) return false;
+  if (!is_aligned(p.a.scales, 16) || !is_aligned(p.b.scales, 16)) return false;
+  // Paired 16-bit stores and loads.
+  return is_aligned(e.out, 4) && (e.residual == nullptr || is_aligned(e.residual, 4));
+}
+
+int device_sm_count() {
+  int device = 0, sms = 0;
+  FP4_GEMM_CUDA_CHECK(cudaGetDevice(&device));
+  FP4_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+template <class Config>
+void launch(const GemmProblem& p, cudaStream_t stream) {
+  static_assert(Config::kSmemBytes <= Config::kMaxSmem, "shared memory budget");
+  // Per device: the attribute belongs to the function on the current device.
+  static bool configured[64] = {};
+  int device = 0;
+  FP4_GEMM_CUDA_CHECK(cudaGetDevice(&device));
+  if (!configured[device]) {
+    FP4_GEMM_CUDA_CHECK(cudaFuncSetAttribute(engine_kernel<Config>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             Config::kSmemBytes));
+    configured[device] = true;
+  }
+  const CUtensorMap map_a = byte_matrix_map(p.a.values, p.m, row_bytes(Config::kFormatA, p.k), Config::kRowBytesA,
+                                            Config::kBlockM);
+  const CUtensorMap map_b = byte_matrix_map(p.b.values, p.n, row_bytes(Config::kFormatB, p.k), Config::kRowBytesB,
+                                            Config::kBlockN);
+  EngineParams params;
+  params.m = p.m;
+  params.n = p.n;
+  params.k = p.k;
+  params.sfa = p.a.scales;
+  params.sfb = p.b.scales;
+  params.k_tiles = ceil_div(p.k, Config::kBlockK);
+  params.nkb = p.k / block_size(Config::kFormatA);
+  params.sf_k_atoms = sf_k_tiles(params.nkb);
+  params.sf_row_tiles_b = ceil_div(p.n, kSfTileRows);
+  params.epilogue = p.epilogue;
+  const dim3 grid(unsigned(ceil_div(p.m, Config::kBlockM)), unsigned(ceil_div(p.n, Config::kBlockN)));
+  launch_kernel(engine_kernel<Config>, grid, dim3(Config::kThreads), Config::kSmemBytes, stream, p.pdl, map_a, map_b,
+                params);
+}
+
+// variant 0: 128-wide tiles; 1 ("widen"): 256-wide; others pick: 256 when that still fills the
+// GPU with one wave of tiles, else 128 for more, smaller tiles.
+int tile_width(const GemmProblem& p) {
+  if (p.variant == 0) return 128;
+  if (p.variant == 1) return 256;
+  const int sms = p.sm_count > 0 ? p.sm_count : device_sm_count();
+  return ceil_div(p.m, 128) * ceil_div(p.n, 256) >= sms ? 256 : 128;
+}
+
+template <OperandFormat kA, OperandFormat kB>
+void run_pair(const GemmProblem& p, cudaStream_t stream) {
+  if (tile_width(p) == 256) {
+    launch<EngineConfig<kA, kB, 256>>(p, stream);
+  } else {
+    launch<EngineConfig<kA, kB, 128>>(p, stream);
+  }
+}
+
+void run(const GemmProblem& p, cudaStream_t stream) {
+  using F = OperandFormat;
+  switch (p.b.format) {
+    case F::Mxfp8:
+      return run_pair<F::Mxfp8, F::Mxfp8>(p, stream);
+    case F::Mxfp4:
+      return run_pair<F::Mxfp4, F::Mxfp4>(p, stream);
+    case F::Nvfp4:
+      return run_pair<F::Nvfp4, F::Nvfp4>(p, stream);
+    case F::E0m3:
+      return p.a.format == F::E0m3 ? run_pair<F::E0m3, F::E0m3>(p, stream) : run_pair<F::Nvfp4, F::E0m3>(p, stream);
+  }
+}
+
+const GemmBackendRegistrar kRegistrar({"sm90_engine", GemmArch::Sm90, 10, &supports, &run});
+
+}  // namespace
+}  // namespace fp4_gemm::sm90

@@ -1,0 +1,83 @@
+// The GEMM epilogue every backend applies to a float32 accumulator (docs/FORMATS.md, "GEMM result"):
+// y = alpha_scale * alpha * acc + bias[n] + residual[m, n], then the activation, then the output
+// type. Float32 throughout; GELU is the exact erf form, written with erfc like the reference.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "csrc/gemm/problem.h"
+
+namespace fp4_gemm {
+
+__device__ __forceinline__ float load_as_float(const void* base, FloatType type, int64_t i) {
+  switch (type) {
+    case FloatType::Bf16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+    case FloatType::Fp16:
+      return __half2float(static_cast<const __half*>(base)[i]);
+    default:
+      return static_cast<const float*>(base)[i];
+  }
+}
+
+__device__ __forceinline__ FloatType out_float_type(const GemmEpilogue& e) {
+  return e.out_format == OutFormat::Fp16 ? FloatType::Fp16 : FloatType::Bf16;
+}
+
+// alpha_scale times the device alpha of `group` (read once per thread, no host round trip).
+__device__ __forceinline__ float epilogue_alpha(const GemmEpilogue& e, int64_t group) {
+  if (e.alpha == nullptr) return e.alpha_scale;
+  return e.alpha_scale * e.alpha[e.alpha_count > 1 ? group : 0];
+}
+
+__device__ __forceinline__ float activate(Activation act, float y) {
+  switch (act) {
+    case Activation::Gelu:
+      return 0.5f * y * erfcf(-y * 0.70710678118654752f);
+    case Activation::Relu2: {
+      const float r = fmaxf(y, 0.0f);
+      return r * r;
+    }
+    default:
+      return y;
+  }
+}
+
+// Epilogue of one element (row m, column n of an N-wide output); bias row `group` if per group.
+__device__ __forceinline__ float epilogue_value(const GemmEpilogue& e, float acc, float alpha, int64_t m, int64_t n,
+                                                int64_t width, int64_t group) {
+  float y = acc * alpha;
+  if (e.bias != nullptr) y += load_as_float(e.bias, e.bias_type, (e.bias_per_group ? group * width : 0) + n);
+  if (e.residual != nullptr) y += load_as_float(e.residual, out_float_type(e), m * width + n);
+  return activate(e.activation, y);
+}
+
+// Stores two adjacent outputs (n, n + 1) of a 16-bit output, as one 4-byte store when both exist
+// and the address allows it.
+__device__ __forceinline__ void store_pair(const GemmEpilogue& e, int64_t m, int64_t n, int64_t width, float y0,
+                                           float y1) {
+  const int64_t i = m * width + n;
+  const bool both = n + 1 < width;
+  if (e.out_format == OutFormat::Fp16) {
+    auto* out = static_cast<__half*>(e.out);
+    if (both && (width % 2 == 0)) {
+      *reinterpret_cast<__half2*>(out + i) = __floats2half2_rn(y0, y1);
+      return;
+    }
+    out[i] = __float2half_rn(y0);
+    if (both) out[i + 1] = __float2half_rn(y1);
+  } else {
+    auto* out = static_cast<__nv_bfloat16*>(e.out);
+    if (both && (width % 2 == 0)) {
+      *reinterpret_cast<__nv_bfloat162*>(out + i) = __floats2bfloat162_rn(y0, y1);
+      return;
+    }
+    out[i] = __float2bfloat16_rn(y0);
+    if (both) out[i + 1] = __float2bfloat16_rn(y1);
+  }
+}
+
+}  // namespace fp4_gemm

@@ -1,0 +1,124 @@
+// The Hopper instructions the engine uses, one thin wrapper each: mbarriers, TMA and bulk copies,
+// proxy fences, named barriers, register reallocation and the wgmma group protocol.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace fp4_gemm::sm90 {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* ptr) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+
+// ---- mbarriers ----------------------------------------------------------------------------------
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(arrivals) : "memory");
+}
+
+// Makes the initialized barriers visible to the async proxy (TMA completes transactions there).
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+
+// Waits until the phase with the given parity has completed. A fresh barrier counts as having
+// completed the phase before its first, so waiting on parity 1 returns at once.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_again:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_again;\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// ---- bulk copies ------------------------------------------------------------------------------
+
+// A 2-D box of a tensor map into shared memory; out-of-bounds elements arrive as zeros and count
+// toward the transaction like the others.
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int32_t x, int32_t y) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
+          smem_addr(dst)),
+      "l"(map), "r"(smem_addr(bar)), "r"(x), "r"(y)
+      : "memory");
+}
+
+// `bytes` contiguous bytes (a multiple of 16, both addresses 16-byte aligned).
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_addr(dst)),
+               "l"(src), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+}
+
+__device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
+}
+
+// Orders this thread's ordinary shared-memory stores before later async-proxy reads (wgmma).
+__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// ---- warp groups --------------------------------------------------------------------------------
+
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+template <int kRegisters>
+__device__ __forceinline__ void raise_registers() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegisters));
+}
+
+template <int kRegisters>
+__device__ __forceinline__ void lower_registers() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegisters));
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+}
+
+// Keeps the compiler from moving or reusing registers that an in-flight wgmma reads or writes.
+template <class T, int N>
+__device__ __forceinline__ void pin_registers(T (&regs)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    if constexpr (sizeof(T) == 4 && std::is_floating_point_v<T>) {
+      asm volatile("" : "+f"(regs[i])::"memory");
+    } else {
+      asm volatile("" : "+r"(regs[i])::"memory");
+    }
+  }
+}
+
+// Shared-memory matrix descriptor of a K-major bf16 tile in the 128-byte swizzle: rows of 128 bytes
+// (64 elements), 8-row atoms of 1024 bytes stacked along N. The tile must start 1024-byte aligned.
+__device__ __forceinline__ uint64_t sw128_descriptor(const void* tile) {
+  const uint64_t start = (smem_addr(tile) & 0x3FFFF) >> 4;
+  constexpr uint64_t kLeadingOffset = 1;          // unused by swizzled K-major layouts
+  constexpr uint64_t kStrideOffset = 1024 >> 4;   // between 8-row atoms
+  constexpr uint64_t kSwizzle128B = 1;
+  return start | (kLeadingOffset << 16) | (kStrideOffset << 32) | (kSwizzle128B << 62);
+}
+
+}  // namespace fp4_gemm::sm90

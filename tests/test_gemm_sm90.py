@@ -1,0 +1,211 @@
+"""The Hopper engine (csrc/gemm/sm90) through the public functions: within the docs/FORMATS.md bound
+of float64 math on the exactly dequantized operands, for every operand format, epilogue, output
+type and tile width; K tails; M and N not multiples of the tile; the spec's qualification shapes;
+NaN scales; outputs poisoned first; bitwise equal across runs and under CUDA graph replay.
+
+Which backend serves a problem is asked from the build (ops.gemm_backend), so these tests also say
+when a problem falls back to the reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from checks import assert_bitwise_equal, assert_within_bound, poisoned_like
+from conftest import HAS_CUDA
+
+MODES = {"w8a8-mxfp8": "mxfp8", "w4a4-mxfp4": "mxfp4", "w4a4-nvfp4": "nvfp4"}
+requires_sm90 = pytest.mark.skipif(
+    not HAS_CUDA or torch.cuda.get_device_capability() != (9, 0),
+    reason="needs an sm_90 GPU (run on the device machine)",
+)
+
+
+def backend(fp4, a_format="nvfp4", b_format="nvfp4", m=256, n=4096, k=4096, **kind) -> str:
+    kind = {"b_interleaved": False, "grouping": "dense", "activation": "none", "out_format": "bf16"} | kind
+    return fp4._ops.ops.gemm_backend(
+        90, a_format, b_format, kind["b_interleaved"], kind["grouping"], kind["activation"], kind["out_format"],
+        kind.get("schedule", "auto"), m, n, k,
+    )  # fmt: skip
+
+
+# ---- which problems the engine serves (host-side predicate: runs without a GPU) ------------------
+
+
+@pytest.mark.parametrize("fmt", ["mxfp8", "mxfp4", "nvfp4"])
+def test_engine_serves_dense_gemms_of_every_mode(fp4, fmt):
+    assert backend(fp4, fmt, fmt) == "sm90_engine"
+
+
+@pytest.mark.parametrize("a_format", ["nvfp4", "e0m3"])
+def test_engine_serves_e0m3_weights(fp4, a_format):
+    assert backend(fp4, a_format, "e0m3", out_format="fp16") == "sm90_engine"
+
+
+@pytest.mark.parametrize("activation", ["none", "gelu", "relu2"])
+def test_engine_serves_activations_with_16_bit_outputs(fp4, activation):
+    assert backend(fp4, activation=activation, out_format="fp16") == "sm90_engine"
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [{"out_format": "nvfp4"}, {"activation": "geglu"}, {"grouping": "masked"}, {"grouping": "contiguous"}],
+)
+def test_engine_leaves_quantized_outputs_geglu_and_grouping_to_later_work(fp4, kind):
+    assert backend(fp4, **kind) != "sm90_engine"
+
+
+def test_engine_needs_16_byte_rows_for_tma(fp4):
+    assert backend(fp4, k=48) != "sm90_engine"  # 24-byte NVFP4 rows
+    assert backend(fp4, k=32) == "sm90_engine"
+
+
+# ---- results on the GPU ------------------------------------------------------------------------
+
+
+def random_bf16(rows: int, cols: int, seed: int, scale: float = 1.0) -> torch.Tensor:
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return (torch.randn(rows, cols, generator=g, device="cuda") * scale).to(torch.bfloat16)
+
+
+def halops_operands(fp4, ref, mode: str, m: int, n: int, k: int, seed: int = 0):
+    a, sfa = fp4.group_wise_quant(random_bf16(m, k, seed), mode)
+    b, sfb = fp4.group_wise_quant(random_bf16(n, k, seed + 1, scale=0.05), mode)
+    fmt = ref.FORMATS[MODES[mode]]
+    return (a, b, sfa, sfb), ref.dequantize(a, sfa, fmt).double(), ref.dequantize(b, sfb, fmt).double()
+
+
+def nvfp4_operands(fp4, ref, m: int, n: int, k: int, seed: int = 0):
+    a, sfa = fp4.quantize_fp4_sfa_bf16(random_bf16(m, k, seed))
+    b, sfb = fp4.quantize_fp4_sfa_bf16(random_bf16(n, k, seed + 1, scale=0.05))
+    return (a, b, sfa, sfb), ref.dequantize(a, sfa, ref.NVFP4).double(), ref.dequantize(b, sfb, ref.NVFP4).double()
+
+
+SHAPES = [(128, 128, 64), (257, 200, 320), (1000, 384, 1024), (300, 520, 96), (33, 1000, 2048)]
+
+
+@requires_sm90
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_dense_gemm_is_within_the_bound(fp4, ref, mode, shape):
+    m, n, k = shape
+    if MODES[mode] == "nvfp4" and k % 32:
+        pytest.skip("NVFP4 rows of K % 32 != 0 are not 16-byte multiples (the reference serves them)")
+    (a, b, sfa, sfb), a_dq, b_dq = halops_operands(fp4, ref, mode, m, n, k)
+    assert backend(fp4, MODES[mode], MODES[mode], m=m, n=n, k=k) == "sm90_engine"
+    bias = random_bf16(1, n, 9).reshape(n)
+    alpha = torch.tensor([0.75], device="cuda")
+    out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
+    fp4.dense_gemm(a, b, sfa, sfb, out, bias=bias, alpha=alpha, mode=mode)
+    expected = 0.75 * (a_dq @ b_dq.T) + bias.double()
+    assert_within_bound(out, expected, a_dq * 0.75, b_dq, f"dense {mode} {shape}")
+
+
+@requires_sm90
+@pytest.mark.parametrize("variant", [0, 1])
+@pytest.mark.parametrize("n", [136, 200, 1000])
+def test_both_tile_widths_are_within_the_bound(fp4, ref, variant, n):
+    (a, b, sfa, sfb), a_dq, b_dq = nvfp4_operands(fp4, ref, 300, n, 512)
+    out = fp4.nvfp4_gemm_variant_bf16(
+        a,
+        b,
+        sfa,
+        sfb,
+        alpha=0.5,
+        out=poisoned_like(torch.empty(300, n, dtype=torch.bfloat16, device="cuda")),
+        variant=variant,
+    )  # noqa: E501
+    assert_within_bound(out, 0.5 * (a_dq @ b_dq.T), a_dq * 0.5, b_dq, f"variant {variant} n={n}")
+
+
+@requires_sm90
+@pytest.mark.parametrize("n", [63, 65, 130])
+def test_odd_and_unaligned_widths_are_written_exactly_to_the_edge(fp4, ref, n):
+    (a, b, sfa, sfb), a_dq, b_dq = nvfp4_operands(fp4, ref, 150, n, 256)
+    out = poisoned_like(torch.empty(150, n, dtype=torch.float16, device="cuda"))
+    fp4.nvfp4_gemm_fp16(a, b, sfa, sfb, out=out)
+    assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"fp16 n={n}")
+
+
+@requires_sm90
+def test_bias_residual_fp16_epilogue_is_within_the_bound(fp4, ref):
+    (a, b, sfa, sfb), a_dq, b_dq = nvfp4_operands(fp4, ref, 200, 256, 512)
+    bias = random_bf16(1, 256, 5).reshape(256)
+    residual = random_bf16(200, 256, 6).half()
+    out = fp4.nvfp4_gemm_bias_residual_fp16(a, b, sfa, sfb, bias, residual, alpha=2.0)
+    expected = 2.0 * (a_dq @ b_dq.T) + bias.double() + residual.double()
+    assert_within_bound(out, expected, 2 * a_dq, b_dq, "bias + residual fp16")
+
+
+@requires_sm90
+def test_bias_gelu_epilogue_is_within_the_bound(fp4, ref):
+    (a, b, sfa, sfb), a_dq, b_dq = nvfp4_operands(fp4, ref, 200, 256, 512)
+    bias = random_bf16(1, 256, 5).reshape(256)
+    out = fp4.nvfp4_gemm_bias_gelu_bf16(a, b, sfa, sfb, bias)
+    expected = torch.nn.functional.gelu(a_dq @ b_dq.T + bias.double())
+    # GELU's slope is at most ~1.13: the input bound carries over with that factor
+    assert_within_bound(out, expected, a_dq * 1.13, b_dq, "bias + gelu")
+
+
+@requires_sm90
+@pytest.mark.parametrize("a_format", [0, 1])
+def test_e0m3_weight_gemm_is_within_the_bound(fp4, ref, a_format):
+    x = random_bf16(130, 512, 1)
+    if a_format == 1:
+        a, sfa = fp4.quantize_fp4_sfa_bf16(x)
+        a_dq = ref.dequantize(a, sfa, ref.NVFP4).double()
+    else:
+        a, sfa = fp4.quantize_e0m3_sfa_fp16(x.half())
+        a_dq = ref.dequantize(a, sfa, ref.E0M3).double()
+    b, sfb = fp4.quantize_e0m3_sfa_fp16(random_bf16(256, 512, 2).half())
+    b_dq = ref.dequantize(b, sfb, ref.E0M3).double()
+    out = fp4.e0m3_weight_gemm_fp16(a, b, sfa, sfb, alpha=0.25, a_format=a_format)
+    assert_within_bound(out, 0.25 * (a_dq @ b_dq.T), 0.25 * a_dq, b_dq, f"e0m3 a_format={a_format}")
+
+
+@requires_sm90
+@pytest.mark.parametrize("nk", [(17408, 5120), (5120, 17408), (12288, 5120)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_qualification_shapes_are_within_the_bound(fp4, ref, nk):
+    n, k = nk
+    (a, b, sfa, sfb), a_dq, b_dq = nvfp4_operands(fp4, ref, 384, n, k)
+    out = fp4.nvfp4_gemm_bf16(
+        a, b, sfa, sfb, out=poisoned_like(torch.empty(384, n, dtype=torch.bfloat16, device="cuda"))
+    )
+    assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"{n}x{k}")
+
+
+@requires_sm90
+@pytest.mark.parametrize("mode", list(MODES))
+def test_nan_scale_makes_its_row_and_only_its_row_nan(fp4, ref, mode):
+    (a, b, sfa, sfb), _, _ = halops_operands(fp4, ref, mode, 200, 256, 256)
+    fmt = ref.FORMATS[MODES[mode]]
+    sfa.reshape(-1)[ref.sf_offset(70, 1, ref._ceil_div(256 // fmt.group, 4))] = fmt.scale_nan
+    out = torch.empty(200, 256, dtype=torch.bfloat16, device="cuda")
+    alpha = torch.ones(1, device="cuda")
+    fp4.dense_gemm(a, b, sfa, sfb, out, alpha=alpha, mode=mode)
+    nan_rows = out.isnan().any(dim=1).nonzero().flatten().tolist()
+    assert nan_rows == [70] and bool(out[70].isnan().all())
+
+
+@requires_sm90
+def test_runs_are_bitwise_equal_and_replay_in_a_cuda_graph(fp4, ref):
+    (a, b, sfa, sfb), _, _ = nvfp4_operands(fp4, ref, 500, 768, 1024)
+    first = fp4.nvfp4_gemm_bf16(a, b, sfa, sfb)
+    second = fp4.nvfp4_gemm_bf16(a, b, sfa, sfb)
+    assert_bitwise_equal(second, first, "second run")
+    out = poisoned_like(first)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fp4.nvfp4_gemm_bf16(a, b, sfa, sfb, out=out)
+    out.view(torch.uint8).fill_(0xA5)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_bitwise_equal(out, first, "graph replay")
+
+
+@requires_sm90
+def test_k_not_a_multiple_of_32_falls_back_to_the_exact_reference(fp4, ref):
+    (a, b, sfa, sfb), a_dq, b_dq = nvfp4_operands(fp4, ref, 64, 64, 48)
+    assert backend(fp4, m=64, n=64, k=48) == ""
+    out = fp4.nvfp4_gemm_bf16(a, b, sfa, sfb)
+    assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, "K=48 reference")
