@@ -41,38 +41,65 @@ __device__ __forceinline__ typename Pair<T>::Type pair_from_bits(uint32_t bits) 
   return *reinterpret_cast<const typename Pair<T>::Type*>(&bits);
 }
 
-// Nibbles k (low half) and k + 1 (high half) of `codes` as sign and magnitude bit fields of a pair.
+// Two 4-bit codes of a word as the sign and magnitude bit fields of a pair (bits 0-3 and 16-19).
+// Nibbles k and k + 1 (consecutive elements):
 __device__ __forceinline__ uint32_t nibble_pair(uint32_t codes, int k) {
   const uint32_t two = codes >> (4 * k);
   return (two & 0xFu) | ((two & 0xF0u) << 12);
 }
-
-// Eight E2M1 codes (element i in nibble i) -> their values as four pairs. s.ee.m becomes the 16-bit
-// pattern s | ee (bottom of the exponent) | m (top mantissa bit); times 2^(bias - 1) that is the
-// E2M1 value, subnormal (ee = 0) included.
-template <class T>
-__device__ __forceinline__ void dequant_e2m1x8(uint32_t codes, typename Pair<T>::Type (&out)[4]) {
-  constexpr int kShift = Pair<T>::kExponentShift - 1;
-#pragma unroll
-  for (int p = 0; p < 4; ++p) {
-    const uint32_t n = nibble_pair(codes, 2 * p);
-    const uint32_t bits = ((n & 0x00080008u) << 12) | ((n & 0x00070007u) << kShift);
-    out[p] = __hmul2(pair_from_bits<T>(bits), pair_from_bits<T>(Pair<T>::kE2M1Unbias));
-  }
+// Nibbles j and j + 4 (elements four apart): one shift and one mask, the cheapest pairing; the GEMM
+// mainloops order K so that these are the pairs a fragment takes.
+__device__ __forceinline__ uint32_t nibble_pair_stride4(uint32_t codes, int j) {
+  return (codes >> (4 * j)) & 0x000F000Fu;
 }
 
-// Eight E0M3 codes -> values: (base + m) - base is exactly m, then the sign bit.
+// One pair of E2M1 codes (as nibble_pair* gives them) -> values. s.ee.m becomes the 16-bit pattern
+// s | ee (bottom of the exponent) | m (top mantissa bit); times 2^(bias - 1) that is the E2M1
+// value, subnormal (ee = 0) included.
+template <class T>
+__device__ __forceinline__ typename Pair<T>::Type decode_e2m1_pair(uint32_t n) {
+  constexpr int kShift = Pair<T>::kExponentShift - 1;
+  const uint32_t bits = ((n & 0x00080008u) << 12) | ((n & 0x00070007u) << kShift);
+  return __hmul2(pair_from_bits<T>(bits), pair_from_bits<T>(Pair<T>::kE2M1Unbias));
+}
+
+// Nibbles j and j + 4 of `codes` (the nibble_pair_stride4 pairing) -> E2M1 values, with the bit
+// placement above done by one integer multiply: the masked nibbles times 2^a + 2^b land as two
+// copies that do not overlap (so no carries), the sign bit in place in one and the magnitude in
+// the other, and one mask keeps both. Cheaper than shifting: the multiply runs on the FMA pipe,
+// which the GEMM mainloops leave idler than the integer pipe.
+template <class T>
+__device__ __forceinline__ typename Pair<T>::Type decode_e2m1_stride4(uint32_t codes, int j) {
+  constexpr int kShift = Pair<T>::kExponentShift - 1;  // magnitude bits go to kShift .. kShift + 2
+  const uint32_t word = j < 2 ? codes : codes >> 8;    // nibbles j, j + 4 now at bits 4(j % 2)
+  const int low = 4 * (j % 2);
+  const uint32_t n = word & (0x000F000Fu << low);
+  const uint32_t copies = n * ((1u << (12 - low)) + (1u << (kShift - low)));
+  const uint32_t bits = copies & (0x80008000u | (0x00070007u << kShift));
+  return __hmul2(pair_from_bits<T>(bits), pair_from_bits<T>(Pair<T>::kE2M1Unbias));
+}
+
+// One pair of E0M3 codes -> values: (base + m) - base is exactly m, then the sign bit.
+template <class T>
+__device__ __forceinline__ typename Pair<T>::Type decode_e0m3_pair(uint32_t n) {
+  const auto base = pair_from_bits<T>(Pair<T>::kIntegerBase);
+  const auto magnitude = __hsub2(pair_from_bits<T>(Pair<T>::kIntegerBase | (n & 0x00070007u)), base);
+  const uint32_t sign = (n & 0x00080008u) << 12;
+  return pair_from_bits<T>(*reinterpret_cast<const uint32_t*>(&magnitude) | sign);
+}
+
+// Eight E2M1 codes (element i in nibble i) -> their values as four pairs, in element order.
+template <class T>
+__device__ __forceinline__ void dequant_e2m1x8(uint32_t codes, typename Pair<T>::Type (&out)[4]) {
+#pragma unroll
+  for (int p = 0; p < 4; ++p) out[p] = decode_e2m1_pair<T>(nibble_pair(codes, 2 * p));
+}
+
+// Eight E0M3 codes -> values, in element order.
 template <class T>
 __device__ __forceinline__ void dequant_e0m3x8(uint32_t codes, typename Pair<T>::Type (&out)[4]) {
-  const auto base = pair_from_bits<T>(Pair<T>::kIntegerBase);
 #pragma unroll
-  for (int p = 0; p < 4; ++p) {
-    const uint32_t n = nibble_pair(codes, 2 * p);
-    const auto magnitude = __hsub2(pair_from_bits<T>(Pair<T>::kIntegerBase | (n & 0x00070007u)), base);
-    const uint32_t sign = (n & 0x00080008u) << 12;
-    const uint32_t bits = *reinterpret_cast<const uint32_t*>(&magnitude) | sign;
-    out[p] = pair_from_bits<T>(bits);
-  }
+  for (int p = 0; p < 4; ++p) out[p] = decode_e0m3_pair<T>(nibble_pair(codes, 2 * p));
 }
 
 // Four E4M3 bytes -> values as two pairs (the hardware conversion is exact: E4M3 fits fp16).
@@ -88,6 +115,24 @@ __device__ __forceinline__ void dequant_e4m3x4(uint32_t bytes, typename Pair<T>:
       out[p] = __float22bfloat162_rn(__half22float2(h));
     }
   }
+}
+
+// Block scales as bf16 pairs, exactly and without branches (what the GEMM mainloops multiply by).
+// UE4M3 (read with its sign bit, as the reference does): the exponent and mantissa bits shifted
+// into bf16's fields are the value times 2^-120 (E4M3 subnormals land on bf16 subnormals), so one
+// multiply by 2^120 restores it; 0x7F is NaN.
+__device__ __forceinline__ __nv_bfloat162 scale_ue4m3_bf16x2(uint32_t code) {
+  const uint32_t bits = ((code & 0x80u) << 8) | ((code & 0x7Fu) << 4);
+  constexpr uint32_t kTwoTo120 = 0x7B807B80u;
+  const __nv_bfloat162 value = __hmul2(pair_from_bits<__nv_bfloat16>(bits | (bits << 16)),
+                                       pair_from_bits<__nv_bfloat16>(kTwoTo120));
+  return (code & 0x7Fu) == 0x7Fu ? pair_from_bits<__nv_bfloat16>(0x7FC07FC0u) : value;
+}
+
+// UE8M0: the code is the bf16 exponent field of 2^(code - 127); 0 is the subnormal 2^-127, 0xFF NaN.
+__device__ __forceinline__ __nv_bfloat162 scale_ue8m0_bf16x2(uint32_t code) {
+  const uint32_t bits = code == 0 ? 0x0040u : code == 0xFFu ? 0x7FC0u : code << 7;
+  return pair_from_bits<__nv_bfloat16>(bits | (bits << 16));
 }
 
 // Values times a UE4M3 block scale: exact, so the 16-bit multiply is the contract's rounding.

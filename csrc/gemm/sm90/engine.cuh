@@ -9,14 +9,18 @@
 //                - together dequantize the B tile into a bf16 tile in the 128-byte swizzle
 //                  (three buffers rotate, so one barrier per K tile keeps them safe),
 //                - issue four m64 x kBlockN x k16 wgmmas (A from registers, B from shared memory)
-//                  and prepare the next K tile while those run.
+//                  and decode the next K tile while those run.
 //
-// K order inside a tile. wgmma's register fragment gives thread q (= lane % 4) the K slots
-// 16s + 2q + {0, 1, 8, 9} of k-step s. Summation order is free, so slot j holds element
-// pi(j) = 16q + 4s + 2h + b (h = slot bit 3, b = slot bit 0) of the tile, for A and B alike: each
-// thread's A elements over the tile are then 16 consecutive elements, one 8-byte (FP4) or 16-byte
-// (FP8) load sharing a single block scale, and a B row's 16-byte swizzle chunk c gathers the
-// bytes c, 8 + c, 16 + c, 24 + c of its packed row (FP4).
+// K order inside a tile. Summation order is free, so wgmma's K slots need not hold the elements
+// in order, only the same element for A and B. wgmma's register fragment gives thread
+// q (= lane % 4) the slots 16s + 8h + 2q + b (k-step s, half h, b = 0, 1) as pair P = 2s + h of
+// registers; the thread's elements of a row are the 16 consecutive ones 16q .. 16q + 15 (one 8- or
+// 16-byte load, one block scale), and pair P holds the two of them a single decode produces:
+//   FP4 (two codes per byte): elements i and i + 4 of the 8-element word P / 4, i = P % 4 (one
+//       shift and one mask separate them);
+//   FP8: elements 2P and 2P + 1.
+// The bf16 B tile holds, at slot 16s + 8h + 2q + b of each row, that same element 16q + ... of the
+// packed row, so a 16-byte swizzle chunk c (= P) of a row gathers one pair from each q.
 //
 // Exactness: every element times its block scale is exact in bf16 (docs/FORMATS.md), so the
 // result differs from the float64 reference only by float32 accumulation order.
@@ -72,7 +76,7 @@ struct EngineConfig {
   // + 1024: the dynamic shared memory base is only 16-byte aligned; the tiles need 1024.
   static constexpr int kSmemBytes = kBf16Tiles * kBf16TileBytes + kStages * kStageBytes + kBarrierBytes + 1024;
 
-  // B rows per consumer thread and 16-byte bf16 chunks (of 8 per row) each thread converts.
+  // Consumer threads per B row and the 16-byte bf16 chunks (of 8 per row) each converts.
   static constexpr int kThreadsPerRowB = kConsumerThreads / kBlockN;
   static constexpr int kChunksPerThread = 8 / kThreadsPerRowB;
   static_assert(kBlockN == 128 || kBlockN == 256, "tile widths 128 and 256");
@@ -95,42 +99,44 @@ struct EngineParams {
 
 // ---- operand decoding ---------------------------------------------------------------------------
 
-// A block scale as a bf16 pair; blocks past the end of K (padding) read as 0, so whatever their
-// bytes hold, the zero elements there stay zero.
+// Byte `i` of a row's four scale bytes in a K column of SfAtom tiles (read as one word), as a bf16
+// pair; blocks past the end of K (padding) read as 0, so whatever their bytes hold, the zero
+// elements there stay zero.
 template <OperandFormat kFormat>
-__device__ __forceinline__ Bf16x2 scale_pair(uint8_t code, bool in_k) {
-  if (!in_k) return __float2bfloat162_rn(0.0f);
-  if constexpr (kFormat == OperandFormat::Mxfp8 || kFormat == OperandFormat::Mxfp4) {
-    // 2^(code - 127) in bf16: the code is the exponent field; 0 is the subnormal 2^-127, 0xFF NaN.
-    const uint16_t bits = code == 0 ? 0x0040 : code == 0xFF ? 0x7FC0 : uint16_t(code) << 7;
-    return pair_from_bits<__nv_bfloat16>(uint32_t(bits) | (uint32_t(bits) << 16));
-  } else {
-    return __float2bfloat162_rn(ue4m3_decode(code));  // 4 significant bits: exact
-  }
+__device__ __forceinline__ Bf16x2 scale_pair(uint32_t word, int i, bool in_k) {
+  const uint32_t code = (word >> (8 * i)) & 0xFFu;
+  const Bf16x2 scale = kFormat == OperandFormat::Mxfp8 || kFormat == OperandFormat::Mxfp4 ? scale_ue8m0_bf16x2(code)
+                                                                                          : scale_ue4m3_bf16x2(code);
+  return in_k ? scale : __float2bfloat162_rn(0.0f);
 }
 
-// Eight consecutive elements of a 4-bit operand (nibbles of `codes`) as four bf16 pairs.
+// The four scale bytes of `row` (0..255) in one K column of a buffer of 128-row SfAtom tiles.
+__device__ __forceinline__ uint32_t scale_word(const uint8_t* scales, int row) {
+  return *reinterpret_cast<const uint32_t*>(scales + (row / kSfTileRows) * kSfTileBytes +
+                                            sf_offset(row % kSfTileRows, 0, 1));
+}
+
+// Pair P % 4 of an 8-element word of a 4-bit operand: elements P % 4 and P % 4 + 4 (see above).
 template <OperandFormat kFormat>
-__device__ __forceinline__ void decode_nibbles(uint32_t codes, Bf16x2 (&out)[4]) {
+__device__ __forceinline__ Bf16x2 decode_nibble_pair(uint32_t word, int pair) {
   if constexpr (kFormat == OperandFormat::E0m3) {
-    dequant_e0m3x8<__nv_bfloat16>(codes, out);
+    return decode_e0m3_pair<__nv_bfloat16>(nibble_pair_stride4(word, pair % 4));
   } else {
-    dequant_e2m1x8<__nv_bfloat16>(codes, out);
+    return decode_e2m1_stride4<__nv_bfloat16>(word, pair % 4);
   }
 }
 
 __device__ __forceinline__ uint32_t bf16x2_bits(Bf16x2 v) { return *reinterpret_cast<uint32_t*>(&v); }
 
 // This thread's 16 A elements of one row of the K tile (elements 16q .. 16q + 15), scaled, as the
-// eight bf16 pairs the fragment takes in order.
+// eight bf16 pairs of its fragment, P = 0..7.
 template <class Config>
 __device__ __forceinline__ void load_a_row(const uint8_t* tile, const uint8_t* scales, int row, int q, int64_t kt,
                                            int64_t nkb, uint32_t (&pairs)[8]) {
   constexpr OperandFormat kFormat = Config::kFormatA;
   constexpr int kGroup = block_size(kFormat);
   const int64_t block = kt * (Config::kBlockK / kGroup) + (16 * q) / kGroup;
-  const int sf_col = int(block % kSfTileCols);
-  const Bf16x2 scale = scale_pair<kFormat>(scales[sf_offset(row, sf_col, 1)], block < nkb);
+  const Bf16x2 scale = scale_pair<kFormat>(scale_word(scales, row), int(block % kSfTileCols), block < nkb);
   Bf16x2 values[8];
   if constexpr (kFormat == OperandFormat::Mxfp8) {
     const uint4 bytes = *reinterpret_cast<const uint4*>(tile + row * Config::kRowBytesA + 16 * q);
@@ -144,21 +150,15 @@ __device__ __forceinline__ void load_a_row(const uint8_t* tile, const uint8_t* s
     }
   } else {
     const uint2 bytes = *reinterpret_cast<const uint2*>(tile + row * Config::kRowBytesA + 8 * q);
-    Bf16x2 lo[4], hi[4];
-    decode_nibbles<kFormat>(bytes.x, lo);
-    decode_nibbles<kFormat>(bytes.y, hi);
 #pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      values[p] = lo[p];
-      values[4 + p] = hi[p];
-    }
+    for (int pair = 0; pair < 8; ++pair) values[pair] = decode_nibble_pair<kFormat>(pair < 4 ? bytes.x : bytes.y, pair);
   }
 #pragma unroll
-  for (int p = 0; p < 8; ++p) pairs[p] = bf16x2_bits(__hmul2(values[p], scale));
+  for (int pair = 0; pair < 8; ++pair) pairs[pair] = bf16x2_bits(__hmul2(values[pair], scale));
 }
 
-// The A fragments of one K tile: k-step s takes pairs 2s (columns 2q, 2q + 1) and 2s + 1
-// (columns 2q + 8, 2q + 9) of rows g and g + 8.
+// The A fragments of one K tile: k-step s takes pairs 2s (slots 2q, 2q + 1) and 2s + 1 (slots
+// 2q + 8, 2q + 9) of rows g and g + 8.
 template <class Config>
 __device__ __forceinline__ void load_a_fragments(const uint8_t* tile, const uint8_t* scales, int warp_row, int lane,
                                                  int64_t kt, int64_t nkb, uint32_t (&frag)[4][4]) {
@@ -177,56 +177,50 @@ __device__ __forceinline__ void load_a_fragments(const uint8_t* tile, const uint
 }
 
 // Converts this thread's share of the packed B tile into the swizzled bf16 tile: row `row`,
-// chunks [first_chunk, first_chunk + kChunksPerThread). Chunk c of a row holds elements
-// 16q + 4(c / 2) + 2(c % 2) + b for q = 0..3, b = 0..1, in that order (see the file comment).
+// chunks c = i * kThreadsPerRowB + sub. Chunk c holds pair P = c of each q = 0..3 (see the file
+// comment). Word indices stay compile-time constants (sub < kThreadsPerRowB never changes them),
+// so the row's words live in registers.
 template <class Config>
 __device__ __forceinline__ void convert_b_row(const uint8_t* tile, const uint8_t* scales, uint8_t* bf16_tile, int row,
-                                              int first_chunk, int64_t kt, int64_t nkb) {
+                                              int sub, int64_t kt, int64_t nkb) {
   constexpr OperandFormat kFormat = Config::kFormatB;
   constexpr int kGroup = block_size(kFormat);
   constexpr int kWords = Config::kRowBytesB / 4;
-  // Rotating the order of the 16-byte loads spreads a quarter-warp's rows over all banks.
   uint32_t words[kWords];
   const uint8_t* src = tile + row * Config::kRowBytesB;
-  constexpr int kLoads = kWords / 4;
 #pragma unroll
-  for (int i = 0; i < kLoads; ++i) {
-    const int part = (i + (kLoads == 2 ? (row >> 2) : (row >> 1))) % kLoads;
-    const uint4 v = *reinterpret_cast<const uint4*>(src + 16 * part);
-    words[4 * part] = v.x;
-    words[4 * part + 1] = v.y;
-    words[4 * part + 2] = v.z;
-    words[4 * part + 3] = v.w;
+  for (int i = 0; i < kWords / 4; ++i) {
+    const uint4 v = *reinterpret_cast<const uint4*>(src + 16 * i);
+    words[4 * i] = v.x, words[4 * i + 1] = v.y, words[4 * i + 2] = v.z, words[4 * i + 3] = v.w;
   }
   // Scales of the row's blocks in this tile: q for 16-element blocks, q / 2 for 32-element ones.
   constexpr int kBlocks = Config::kBlockK / kGroup;
+  const uint32_t codes = scale_word(scales, row);
   Bf16x2 scale[kBlocks];
 #pragma unroll
   for (int i = 0; i < kBlocks; ++i) {
     const int64_t block = kt * kBlocks + i;
-    scale[i] = scale_pair<kFormat>(scales[sf_offset(row % kSfTileRows, block % kSfTileCols, 1) +
-                                          (row / kSfTileRows) * kSfTileBytes],
-                                   block < nkb);
+    scale[i] = scale_pair<kFormat>(codes, int(block % kSfTileCols), block < nkb);
   }
   uint8_t* dst_row = bf16_tile + (row / 8) * 1024 + (row % 8) * 128;
 #pragma unroll
   for (int i = 0; i < Config::kChunksPerThread; ++i) {
-    const int c = first_chunk + i;
-    const int s = c / 2, h = c % 2;
+    constexpr int kStride = Config::kThreadsPerRowB;
+    const int c = i * kStride + sub;
     Bf16x2 v[4];
     if constexpr (kFormat == OperandFormat::Mxfp8) {
-      // Element 16q + 4s + 2h + b is byte 2h + b of word 4q + s.
-      const uint32_t select = h ? 0x7632 : 0x5410;
+      // Elements 16q + 2c + {0, 1} are half-word c % 2 of word 4q + c / 2.
+      const uint32_t select = c % 2 ? 0x7632 : 0x5410;
       Bf16x2 lo[2], hi[2];
-      dequant_e4m3x4<__nv_bfloat16>(__byte_perm(words[s], words[4 + s], select), lo);
-      dequant_e4m3x4<__nv_bfloat16>(__byte_perm(words[8 + s], words[12 + s], select), hi);
+      const int word = (i * kStride) / 2;  // = c / 2, constant once unrolled
+      dequant_e4m3x4<__nv_bfloat16>(__byte_perm(words[word], words[4 + word], select), lo);
+      dequant_e4m3x4<__nv_bfloat16>(__byte_perm(words[8 + word], words[12 + word], select), hi);
       v[0] = lo[0], v[1] = lo[1], v[2] = hi[0], v[3] = hi[1];
     } else {
-      // Elements 16q + 4s + 2h + {0, 1} are byte 8q + c: byte c % 4 of word 2q + c / 4.
-      const int byte = c % 4, word = c / 4;
-      const uint32_t lo = __byte_perm(words[word], words[2 + word], byte | ((4 + byte) << 4));
-      const uint32_t hi = __byte_perm(words[4 + word], words[6 + word], byte | ((4 + byte) << 4));
-      decode_nibbles<kFormat>(__byte_perm(lo, hi, 0x5410), v);
+      // Pair c of q lives in word 2q + c / 4 (elements 16q + 8(c / 4) ..).
+      const int word = (i * kStride) / 4;  // = c / 4, constant once unrolled
+#pragma unroll
+      for (int q = 0; q < 4; ++q) v[q] = decode_nibble_pair<kFormat>(words[2 * q + word], c);
     }
     uint4 out;
     uint32_t* o = reinterpret_cast<uint32_t*>(&out);
@@ -257,9 +251,13 @@ __device__ __forceinline__ void wgmma_rs(const uint32_t (&a)[4], uint64_t desc_b
 
 // Four k16 steps over one 64-wide K tile; the descriptor advances 32 bytes (16 elements) per step.
 template <class Config>
-__device__ __forceinline__ void issue_tile(const uint32_t (&frag)[4][4], const uint8_t* bf16_tile,
+__device__ __forceinline__ void issue_tile(uint32_t (&frag)[4][4], const uint8_t* bf16_tile,
                                            float (&acc)[Config::kBlockN / 2]) {
   const uint64_t desc = sw128_descriptor(bf16_tile);
+  // Every fragment and accumulator value is final before the fence: an instruction defining a
+  // wgmma input after it makes ptxas serialize the wgmmas.
+#pragma unroll
+  for (int s = 0; s < 4; ++s) pin_registers(frag[s]);
   pin_registers(acc);
   wgmma_fence();
 #pragma unroll
@@ -280,7 +278,9 @@ struct SharedStorage {
   uint64_t* empty;
 
   __device__ explicit SharedStorage(uint8_t* raw) {
-    uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+    // Pointer arithmetic (not an integer round trip) keeps the pointers known to be shared memory,
+    // so accesses compile to LDS/STS.
+    uint8_t* base = raw + ((1024 - (smem_addr(raw) & 1023)) & 1023);
     bf16_tiles = base;
     stages = base + Config::kBf16Tiles * Config::kBf16TileBytes;
     full = reinterpret_cast<uint64_t*>(stages + Config::kStages * Config::kStageBytes);
@@ -343,7 +343,7 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
   const int warp_row = (consumer / 32) * 16;    // the warp's 16 rows: warpgroup 1 rows 0..63, 2 rows 64..127
   const int lane = consumer % 32;
   const int b_row = consumer / Config::kThreadsPerRowB;
-  const int b_first_chunk = (consumer % Config::kThreadsPerRowB) * Config::kChunksPerThread;
+  const int b_sub = consumer % Config::kThreadsPerRowB;
 
   float acc[Config::kBlockN / 2];
 #pragma unroll
@@ -355,7 +355,7 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
   const auto stage_in = [&](int64_t kt, uint32_t(&f)[4][4]) {
     const int s = int(kt % Config::kStages);
     mbar_wait(&smem.full[s], uint32_t((kt / Config::kStages) & 1));
-    convert_b_row<Config>(smem.b(s), smem.sfb(s), smem.bf16_tile(kt), b_row, b_first_chunk, kt, p.nkb);
+    convert_b_row<Config>(smem.b(s), smem.sfb(s), smem.bf16_tile(kt), b_row, b_sub, kt, p.nkb);
     load_a_fragments<Config>(smem.a(s), smem.sfa(s), warp_row, lane, kt, p.nkb, f);
     __syncwarp();
     if (lane == 0) mbar_arrive(&smem.empty[s]);
@@ -363,23 +363,22 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
     named_barrier_sync(1, Config::kConsumerThreads);
   };
 
-  // wgmma(kt) runs while tile kt + 1 is decoded; waiting with one group pending then retires
-  // wgmma(kt - 1), which frees its fragment registers, and (at the next barrier, for both
-  // warpgroups) the bf16 tile that kt + 2 overwrites.
-  if (p.k_tiles > 0) {
-    stage_in(0, frag[0]);
-    issue_tile<Config>(frag[0], smem.bf16_tile(0), acc);
-  }
-  for (int64_t kt = 1; kt < p.k_tiles; kt += 2) {
-    stage_in(kt, frag[1]);
-    issue_tile<Config>(frag[1], smem.bf16_tile(kt), acc);
-    wgmma_wait<1>();
-    pin_registers(frag[0][0]), pin_registers(frag[0][1]), pin_registers(frag[0][2]), pin_registers(frag[0][3]);
-    if (kt + 1 < p.k_tiles) {
-      stage_in(kt + 1, frag[0]);
-      issue_tile<Config>(frag[0], smem.bf16_tile(kt + 1), acc);
-      wgmma_wait<1>();
-      pin_registers(frag[1][0]), pin_registers(frag[1][1]), pin_registers(frag[1][2]), pin_registers(frag[1][3]);
+  // wgmma(kt) runs while tile kt + 1 is decoded. It is retired (wait 0) before wgmma(kt + 1) is
+  // issued: a wgmma whose inputs are defined while an earlier one is in flight, in the same
+  // pipeline stage, makes ptxas serialize them all. Tile kt + 1 overwrites the bf16 tile of
+  // kt - 2: the other warpgroup retired wgmma(kt - 2) before it reached the barrier of tile kt,
+  // which this thread has passed. (With two tiles, wgmma(kt - 1) of the other warpgroup may still
+  // be reading.)
+  if (p.k_tiles > 0) stage_in(0, frag[0]);
+  for (int64_t kt = 0; kt < p.k_tiles; ++kt) {
+    issue_tile<Config>(frag[0], smem.bf16_tile(kt), acc);
+    if (kt + 1 < p.k_tiles) stage_in(kt + 1, frag[1]);
+    wgmma_wait<0>();
+    for (auto& f : frag[0]) pin_registers(f);  // alive until retired: tile kt + 1 cannot reuse them
+    // Hand tile kt + 1's fragments over with moves (no wgmma in flight now) rather than unrolling
+    // the loop twice: one copy of the loop body fits the instruction cache.
+    for (int s = 0; s < 4; ++s) {
+      for (int r = 0; r < 4; ++r) frag[0][s][r] = frag[1][s][r];
     }
   }
   wgmma_wait<0>();
