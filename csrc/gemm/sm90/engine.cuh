@@ -75,6 +75,11 @@ struct EngineConfig {
   static_assert(kStages >= 2, "the ring needs two stages");
   // + 1024: the dynamic shared memory base is only 16-byte aligned; the tiles need 1024.
   static constexpr int kSmemBytes = kBf16Tiles * kBf16TileBytes + kStages * kStageBytes + kBarrierBytes + 1024;
+  // Float accumulators staged for the epilogue; a row stride of 8 (mod 32) words makes a warp's
+  // fragment stores conflict-free.
+  static constexpr int kStagingStride = kBlockN + 8;
+  static_assert(kBlockM * kStagingStride * 4 <= kBf16Tiles * kBf16TileBytes + kStages * kStageBytes,
+                "the epilogue staging tile reuses the ring");
 
   // Consumer threads per B row and the 16-byte bf16 chunks (of 8 per row) each converts.
   static constexpr int kThreadsPerRowB = kConsumerThreads / kBlockN;
@@ -100,8 +105,8 @@ struct EngineParams {
 // ---- operand decoding ---------------------------------------------------------------------------
 
 // Byte `i` of a row's four scale bytes in a K column of SfAtom tiles (read as one word), as a bf16
-// pair; blocks past the end of K (padding) read as 0, so whatever their bytes hold, the zero
-// elements there stay zero.
+// pair; blocks past the end of K (padding, in_k false) read as 0, so whatever their bytes hold, the
+// zero elements there stay zero.
 template <OperandFormat kFormat>
 __device__ __forceinline__ Bf16x2 scale_pair(uint32_t word, int i, bool in_k) {
   const uint32_t code = (word >> (8 * i)) & 0xFFu;
@@ -128,15 +133,27 @@ __device__ __forceinline__ Bf16x2 decode_nibble_pair(uint32_t word, int pair) {
 
 __device__ __forceinline__ uint32_t bf16x2_bits(Bf16x2 v) { return *reinterpret_cast<uint32_t*>(&v); }
 
+// Where a K tile's scale blocks sit in their SfAtom column, and how many lie inside K.
+struct TileBlocks {
+  int first_col;  // column (0..3) of the tile's first block: 0, or 2 for odd tiles of 32-element blocks
+  int in_k;       // blocks of the tile before the end of K
+};
+
+template <class Config>
+__device__ __forceinline__ TileBlocks tile_blocks(int64_t kt, int64_t nkb) {
+  constexpr int kBlocks = Config::kBlockK / block_size(Config::kFormatA);
+  const int64_t first = kt * kBlocks;
+  return {int(first % kSfTileCols), int(nkb - first < kBlocks ? nkb - first : kBlocks)};
+}
+
 // This thread's 16 A elements of one row of the K tile (elements 16q .. 16q + 15), scaled, as the
 // eight bf16 pairs of its fragment, P = 0..7.
 template <class Config>
-__device__ __forceinline__ void load_a_row(const uint8_t* tile, const uint8_t* scales, int row, int q, int64_t kt,
-                                           int64_t nkb, uint32_t (&pairs)[8]) {
+__device__ __forceinline__ void load_a_row(const uint8_t* tile, const uint8_t* scales, int row, int q,
+                                           const TileBlocks& blocks, uint32_t (&pairs)[8]) {
   constexpr OperandFormat kFormat = Config::kFormatA;
-  constexpr int kGroup = block_size(kFormat);
-  const int64_t block = kt * (Config::kBlockK / kGroup) + (16 * q) / kGroup;
-  const Bf16x2 scale = scale_pair<kFormat>(scale_word(scales, row), int(block % kSfTileCols), block < nkb);
+  const int block = (16 * q) / block_size(kFormat);
+  const Bf16x2 scale = scale_pair<kFormat>(scale_word(scales, row), blocks.first_col + block, block < blocks.in_k);
   Bf16x2 values[8];
   if constexpr (kFormat == OperandFormat::Mxfp8) {
     const uint4 bytes = *reinterpret_cast<const uint4*>(tile + row * Config::kRowBytesA + 16 * q);
@@ -161,12 +178,12 @@ __device__ __forceinline__ void load_a_row(const uint8_t* tile, const uint8_t* s
 // 2q + 8, 2q + 9) of rows g and g + 8.
 template <class Config>
 __device__ __forceinline__ void load_a_fragments(const uint8_t* tile, const uint8_t* scales, int warp_row, int lane,
-                                                 int64_t kt, int64_t nkb, uint32_t (&frag)[4][4]) {
+                                                 const TileBlocks& blocks, uint32_t (&frag)[4][4]) {
   const int q = lane % 4;
   const int row0 = warp_row + lane / 4;
   uint32_t top[8], bottom[8];
-  load_a_row<Config>(tile, scales, row0, q, kt, nkb, top);
-  load_a_row<Config>(tile, scales, row0 + 8, q, kt, nkb, bottom);
+  load_a_row<Config>(tile, scales, row0, q, blocks, top);
+  load_a_row<Config>(tile, scales, row0 + 8, q, blocks, bottom);
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
     frag[s][0] = top[2 * s];
@@ -182,7 +199,7 @@ __device__ __forceinline__ void load_a_fragments(const uint8_t* tile, const uint
 // so the row's words live in registers.
 template <class Config>
 __device__ __forceinline__ void convert_b_row(const uint8_t* tile, const uint8_t* scales, uint8_t* bf16_tile, int row,
-                                              int sub, int64_t kt, int64_t nkb) {
+                                              int sub, const TileBlocks& blocks) {
   constexpr OperandFormat kFormat = Config::kFormatB;
   constexpr int kGroup = block_size(kFormat);
   constexpr int kWords = Config::kRowBytesB / 4;
@@ -198,10 +215,7 @@ __device__ __forceinline__ void convert_b_row(const uint8_t* tile, const uint8_t
   const uint32_t codes = scale_word(scales, row);
   Bf16x2 scale[kBlocks];
 #pragma unroll
-  for (int i = 0; i < kBlocks; ++i) {
-    const int64_t block = kt * kBlocks + i;
-    scale[i] = scale_pair<kFormat>(codes, int(block % kSfTileCols), block < nkb);
-  }
+  for (int i = 0; i < kBlocks; ++i) scale[i] = scale_pair<kFormat>(codes, blocks.first_col + i, i < blocks.in_k);
   uint8_t* dst_row = bf16_tile + (row / 8) * 1024 + (row % 8) * 128;
 #pragma unroll
   for (int i = 0; i < Config::kChunksPerThread; ++i) {
@@ -320,18 +334,37 @@ __device__ __forceinline__ void produce(const SharedStorage<Config>& smem, const
   }
 }
 
+// The epilogue. Accumulators go through shared memory (the ring and the bf16 tiles are free once
+// both warpgroups retired their last wgmma): fragments land as float2 rows, then every consumer
+// thread walks the tile as column pairs in row order, so the epilogue is one short loop (not an
+// unrolled copy per fragment register, which thrashed the instruction cache) and the stores are
+// coalesced.
 template <class Config>
-__device__ __forceinline__ void store_tile(const EngineParams& p, const float (&acc)[Config::kBlockN / 2], int64_t m0,
-                                           int64_t n0, int warp_row, int lane) {
-  const GemmEpilogue& e = p.epilogue;
-  const float alpha = epilogue_alpha(e, 0);
+__device__ __forceinline__ void store_tile(const SharedStorage<Config>& smem, const EngineParams& p,
+                                           const float (&acc)[Config::kBlockN / 2], int64_t m0, int64_t n0,
+                                           int consumer) {
+  float* staging = reinterpret_cast<float*>(smem.bf16_tiles);
+  const int warp_row = (consumer / 32) * 16, lane = consumer % 32;
+  named_barrier_sync(1, Config::kConsumerThreads);
 #pragma unroll
   for (int i = 0; i < Config::kBlockN / 2; i += 2) {
-    const int64_t m = m0 + warp_row + lane / 4 + 8 * ((i % 4) / 2);
-    const int64_t n = n0 + 8 * (i / 4) + 2 * (lane % 4);
+    const int row = warp_row + lane / 4 + 8 * ((i % 4) / 2);
+    const int col = 8 * (i / 4) + 2 * (lane % 4);
+    *reinterpret_cast<float2*>(staging + row * Config::kStagingStride + col) = make_float2(acc[i], acc[i + 1]);
+  }
+  named_barrier_sync(1, Config::kConsumerThreads);
+
+  const GemmEpilogue& e = p.epilogue;
+  const float alpha = epilogue_alpha(e, 0);
+  constexpr int kPairsPerRow = Config::kBlockN / 2;
+#pragma unroll 2
+  for (int pair = consumer; pair < Config::kBlockM * kPairsPerRow; pair += Config::kConsumerThreads) {
+    const int row = pair / kPairsPerRow, col = 2 * (pair % kPairsPerRow);
+    const int64_t m = m0 + row, n = n0 + col;
     if (m >= p.m || n >= p.n) continue;
-    const float y0 = epilogue_value(e, acc[i], alpha, m, n, p.n, 0);
-    const float y1 = n + 1 < p.n ? epilogue_value(e, acc[i + 1], alpha, m, n + 1, p.n, 0) : 0.0f;
+    const float2 v = *reinterpret_cast<const float2*>(staging + row * Config::kStagingStride + col);
+    const float y0 = epilogue_value(e, v.x, alpha, m, n, p.n, 0);
+    const float y1 = n + 1 < p.n ? epilogue_value(e, v.y, alpha, m, n + 1, p.n, 0) : 0.0f;
     store_pair(e, m, n, p.n, y0, y1);
   }
 }
@@ -355,8 +388,9 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
   const auto stage_in = [&](int64_t kt, uint32_t(&f)[4][4]) {
     const int s = int(kt % Config::kStages);
     mbar_wait(&smem.full[s], uint32_t((kt / Config::kStages) & 1));
-    convert_b_row<Config>(smem.b(s), smem.sfb(s), smem.bf16_tile(kt), b_row, b_sub, kt, p.nkb);
-    load_a_fragments<Config>(smem.a(s), smem.sfa(s), warp_row, lane, kt, p.nkb, f);
+    const TileBlocks blocks = tile_blocks<Config>(kt, p.nkb);
+    convert_b_row<Config>(smem.b(s), smem.sfb(s), smem.bf16_tile(kt), b_row, b_sub, blocks);
+    load_a_fragments<Config>(smem.a(s), smem.sfa(s), warp_row, lane, blocks, f);
     __syncwarp();
     if (lane == 0) mbar_arrive(&smem.empty[s]);
     fence_async_shared();
@@ -383,7 +417,7 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
   }
   wgmma_wait<0>();
   pin_registers(acc);
-  store_tile<Config>(p, acc, m0, n0, warp_row, lane);
+  store_tile<Config>(smem, p, acc, m0, n0, consumer);
 }
 
 template <class Config>
