@@ -63,20 +63,25 @@ __device__ __forceinline__ typename Pair<T>::Type decode_e2m1_pair(uint32_t n) {
   return __hmul2(pair_from_bits<T>(bits), pair_from_bits<T>(Pair<T>::kE2M1Unbias));
 }
 
-// Nibbles j and j + 4 of `codes` (the nibble_pair_stride4 pairing) -> E2M1 values, with the bit
-// placement above done by one integer multiply: the masked nibbles times 2^a + 2^b land as two
-// copies that do not overlap (so no carries), the sign bit in place in one and the magnitude in
-// the other, and one mask keeps both. Cheaper than shifting: the multiply runs on the FMA pipe,
-// which the GEMM mainloops leave idler than the integer pipe.
+// Nibbles j and j + 4 of `codes` (the nibble_pair_stride4 pairing) -> the E2M1 bit patterns of
+// decode_e2m1_pair, before its unbias multiply (value * 2^(1 - bias); subnormal patterns for
+// 0 and 0.5). The bit placement is one integer multiply: the masked nibbles times 2^a + 2^b land
+// as two copies that do not overlap (so no carries), the sign bit in place in one and the
+// magnitude in the other, and one mask keeps both. Cheaper than shifting: the multiply runs on the
+// FMA pipe, which the GEMM mainloops leave idler than the integer pipe.
 template <class T>
-__device__ __forceinline__ typename Pair<T>::Type decode_e2m1_stride4(uint32_t codes, int j) {
+__device__ __forceinline__ typename Pair<T>::Type e2m1_stride4_patterns(uint32_t codes, int j) {
   constexpr int kShift = Pair<T>::kExponentShift - 1;  // magnitude bits go to kShift .. kShift + 2
   const uint32_t word = j < 2 ? codes : codes >> 8;    // nibbles j, j + 4 now at bits 4(j % 2)
   const int low = 4 * (j % 2);
   const uint32_t n = word & (0x000F000Fu << low);
   const uint32_t copies = n * ((1u << (12 - low)) + (1u << (kShift - low)));
-  const uint32_t bits = copies & (0x80008000u | (0x00070007u << kShift));
-  return __hmul2(pair_from_bits<T>(bits), pair_from_bits<T>(Pair<T>::kE2M1Unbias));
+  return pair_from_bits<T>(copies & (0x80008000u | (0x00070007u << kShift)));
+}
+
+template <class T>
+__device__ __forceinline__ typename Pair<T>::Type decode_e2m1_stride4(uint32_t codes, int j) {
+  return __hmul2(e2m1_stride4_patterns<T>(codes, j), pair_from_bits<T>(Pair<T>::kE2M1Unbias));
 }
 
 // One pair of E0M3 codes -> values: (base + m) - base is exactly m, then the sign bit.

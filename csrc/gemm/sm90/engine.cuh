@@ -86,6 +86,13 @@ struct EngineConfig {
   static constexpr int kChunksPerThread = 8 / kThreadsPerRowB;
   static_assert(kBlockN == 128 || kBlockN == 256, "tile widths 128 and 256");
 
+  // NVFP4 x NVFP4: B is decoded to its bit patterns only (value * 2^-126, no unbias multiply) with
+  // its block scale taken times 2^63, and A's block scale times 2^63 as well: the products are
+  // unchanged and every operand value stays a normal bf16 (|B| in 2^-73 .. 2^-51, |A| in
+  // 2^53 .. 2^75), so both stay exact, with one multiply per B pair fewer. UE8M0 scales span
+  // 2^-127 .. 2^127, which leaves no such headroom: MX operands keep both multiplies.
+  static constexpr bool kPrescaled = kA == OperandFormat::Nvfp4 && kB == OperandFormat::Nvfp4;
+
   static constexpr int kProducerRegisters = 40;
   static constexpr int kConsumerRegisters = 232;
 };
@@ -107,11 +114,15 @@ struct EngineParams {
 // Byte `i` of a row's four scale bytes in a K column of SfAtom tiles (read as one word), as a bf16
 // pair; blocks past the end of K (padding, in_k false) read as 0, so whatever their bytes hold, the
 // zero elements there stay zero.
-template <OperandFormat kFormat>
+template <OperandFormat kFormat, bool kPrescaled>
 __device__ __forceinline__ Bf16x2 scale_pair(uint32_t word, int i, bool in_k) {
   const uint32_t code = (word >> (8 * i)) & 0xFFu;
-  const Bf16x2 scale = kFormat == OperandFormat::Mxfp8 || kFormat == OperandFormat::Mxfp4 ? scale_ue8m0_bf16x2(code)
-                                                                                          : scale_ue4m3_bf16x2(code);
+  Bf16x2 scale = kFormat == OperandFormat::Mxfp8 || kFormat == OperandFormat::Mxfp4 ? scale_ue8m0_bf16x2(code)
+                                                                                    : scale_ue4m3_bf16x2(code);
+  if constexpr (kPrescaled) {
+    constexpr uint32_t kTwoTo63 = 0x5F005F00u;
+    scale = __hmul2(scale, pair_from_bits<__nv_bfloat16>(kTwoTo63));
+  }
   return in_k ? scale : __float2bfloat162_rn(0.0f);
 }
 
@@ -153,7 +164,8 @@ __device__ __forceinline__ void load_a_row(const uint8_t* tile, const uint8_t* s
                                            const TileBlocks& blocks, uint32_t (&pairs)[8]) {
   constexpr OperandFormat kFormat = Config::kFormatA;
   const int block = (16 * q) / block_size(kFormat);
-  const Bf16x2 scale = scale_pair<kFormat>(scale_word(scales, row), blocks.first_col + block, block < blocks.in_k);
+  const Bf16x2 scale =
+      scale_pair<kFormat, Config::kPrescaled>(scale_word(scales, row), blocks.first_col + block, block < blocks.in_k);
   Bf16x2 values[8];
   if constexpr (kFormat == OperandFormat::Mxfp8) {
     const uint4 bytes = *reinterpret_cast<const uint4*>(tile + row * Config::kRowBytesA + 16 * q);
@@ -215,7 +227,9 @@ __device__ __forceinline__ void convert_b_row(const uint8_t* tile, const uint8_t
   const uint32_t codes = scale_word(scales, row);
   Bf16x2 scale[kBlocks];
 #pragma unroll
-  for (int i = 0; i < kBlocks; ++i) scale[i] = scale_pair<kFormat>(codes, blocks.first_col + i, i < blocks.in_k);
+  for (int i = 0; i < kBlocks; ++i) {
+    scale[i] = scale_pair<kFormat, Config::kPrescaled>(codes, blocks.first_col + i, i < blocks.in_k);
+  }
   uint8_t* dst_row = bf16_tile + (row / 8) * 1024 + (row % 8) * 128;
 #pragma unroll
   for (int i = 0; i < Config::kChunksPerThread; ++i) {
@@ -234,7 +248,10 @@ __device__ __forceinline__ void convert_b_row(const uint8_t* tile, const uint8_t
       // Pair c of q lives in word 2q + c / 4 (elements 16q + 8(c / 4) ..).
       const int word = (i * kStride) / 4;  // = c / 4, constant once unrolled
 #pragma unroll
-      for (int q = 0; q < 4; ++q) v[q] = decode_nibble_pair<kFormat>(words[2 * q + word], c);
+      for (int q = 0; q < 4; ++q) {
+        v[q] = Config::kPrescaled ? e2m1_stride4_patterns<__nv_bfloat16>(words[2 * q + word], c % 4)
+                                  : decode_nibble_pair<kFormat>(words[2 * q + word], c);
+      }
     }
     uint4 out;
     uint32_t* o = reinterpret_cast<uint32_t*>(&out);
