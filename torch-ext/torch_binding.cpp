@@ -288,6 +288,15 @@ void gemm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& sfa, 
   problem.pdl = pdl;
 
   if (const GemmBackend* backend = find_gemm_backend(problem, device_cc(a.get_device()))) {
+    at::Tensor scratch;  // lives until the launch is enqueued; the allocator orders reuse by stream
+    if (backend->scratch_bytes != nullptr) {
+      const int64_t bytes = backend->scratch_bytes(problem);
+      if (bytes > 0) {
+        scratch = at::empty({bytes}, a.options().dtype(at::kByte));
+        problem.scratch = scratch.data_ptr();
+        problem.scratch_bytes = bytes;
+      }
+    }
     backend->run(problem, at::cuda::getCurrentCUDAStream());
     return;
   }

@@ -27,6 +27,8 @@ struct GemmBackend {
   // pointers' alignment), never device data, so it can run during CUDA-graph capture.
   bool (*supports)(const GemmProblem& problem);
   void (*run)(const GemmProblem& problem, cudaStream_t stream);
+  // Bytes of scratch run() wants for this problem (nullptr: none), handed over in problem.scratch.
+  int64_t (*scratch_bytes)(const GemmProblem& problem) = nullptr;
 };
 
 void register_gemm_backend(const GemmBackend& backend);

@@ -80,9 +80,13 @@ struct GemmProblem {
   int sm_count = -1;  // -1: all SMs of the device
   int warps = 0;      // skinny tiers: 0 picks
   int stages = 0;
-  void* workspace = nullptr;
+  void* workspace = nullptr;  // the caller's (the M >= 512 tier's workspace argument)
   int64_t workspace_bytes = 0;
   bool pdl = false;
+  // Scratch the binding allocates for the serving backend (GemmBackend::scratch_bytes) from the
+  // stream-ordered caching allocator, so graph capture and concurrent streams stay safe. Not zeroed.
+  void* scratch = nullptr;
+  int64_t scratch_bytes = 0;
 
   int64_t n_out() const { return epilogue.activation == Activation::Geglu ? n / 2 : n; }
 };

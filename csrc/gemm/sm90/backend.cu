@@ -33,6 +33,53 @@ bool supports(const GemmProblem& p) {
   return is_aligned(e.out, 4) && (e.residual == nullptr || is_aligned(e.residual, 4));
 }
 
+int device_sm_count() {
+  int device = 0, sms = 0;
+  FP4_GEMM_CUDA_CHECK(cudaGetDevice(&device));
+  FP4_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+// variant 0: 128-wide tiles; 1 ("widen"): 256-wide; others pick 256 unless N fits 128. Measured on
+// the H200: a 256-wide tile decodes half the A fragments per column and ran 1.4-1.6x faster per
+// column than a 128-wide one at every shape of benchmarks/bench_gemm.py, M = 256 included, where
+// the extra wave of the narrow tiles costs more than the wide tiles' tail.
+int tile_width(const GemmProblem& p) {
+  if (p.variant == 0) return 128;
+  if (p.variant == 1) return 256;
+  return p.n > 128 ? 256 : 128;
+}
+
+// How the CTAs share the work (engine.cuh, "work split"): one whole tile per CTA, or stream-K over
+// one CTA per SM. Stream-K pays for its partial-tile fix-up only where whole tiles would leave the
+// last wave part-empty and there are few waves to spread that over; the streamk schedule asks
+// for it always.
+struct WorkSplit {
+  int64_t ctas;
+  bool stream_k;
+};
+
+constexpr int64_t kFlagBytes = 256;  // flags first, padded so the partial tiles stay aligned
+
+WorkSplit work_split(const GemmProblem& p, int width) {
+  const int64_t tiles = ceil_div(p.m, 128) * ceil_div(p.n, width);
+  const int64_t units = tiles * ceil_div(p.k, 64);
+  const int64_t sms = p.sm_count > 0 ? p.sm_count : device_sm_count();
+  const bool uneven = tiles % sms != 0 && tiles < 8 * sms;
+  if (p.schedule != Schedule::StreamK && !uneven) return {tiles, false};
+  return {units < sms ? units : sms, true};
+}
+
+int64_t stream_k_scratch(int64_t ctas, int width) {
+  return ceil_div(ctas * int64_t(sizeof(int)), kFlagBytes) * kFlagBytes + ctas * 128 * width * int64_t(sizeof(float));
+}
+
+int64_t scratch_bytes(const GemmProblem& p) {
+  const int width = tile_width(p);
+  const WorkSplit split = work_split(p, width);
+  return split.stream_k ? stream_k_scratch(split.ctas, width) : 0;
+}
+
 template <class Config>
 void launch(const GemmProblem& p, cudaStream_t stream) {
   static_assert(Config::kSmemBytes <= Config::kMaxSmem, "shared memory budget");
@@ -59,20 +106,24 @@ void launch(const GemmProblem& p, cudaStream_t stream) {
   params.nkb = p.k / block_size(Config::kFormatA);
   params.sf_k_atoms = sf_k_tiles(params.nkb);
   params.sf_row_tiles_b = ceil_div(p.n, kSfTileRows);
+  params.tiles_m = ceil_div(p.m, Config::kBlockM);
+  const int64_t tiles = params.tiles_m * ceil_div(p.n, Config::kBlockN);
+  params.units = tiles * params.k_tiles;
+  params.flags = nullptr;
+  params.partials = nullptr;
   params.epilogue = p.epilogue;
-  const dim3 grid(unsigned(ceil_div(p.m, Config::kBlockM)), unsigned(ceil_div(p.n, Config::kBlockN)));
-  launch_kernel(engine_kernel<Config>, grid, dim3(Config::kThreads), Config::kSmemBytes, stream, p.pdl, map_a, map_b,
-                params);
-}
-
-// variant 0: 128-wide tiles; 1 ("widen"): 256-wide; others pick 256 unless N fits 128. Measured on
-// the H200: a 256-wide tile decodes half the A fragments per column and ran 1.4-1.6x faster per
-// column than a 128-wide one at every shape of benchmarks/bench_gemm.py, M = 256 included, where
-// the extra wave of the narrow tiles costs more than the wide tiles' tail.
-int tile_width(const GemmProblem& p) {
-  if (p.variant == 0) return 128;
-  if (p.variant == 1) return 256;
-  return p.n > 128 ? 256 : 128;
+  int64_t ctas = tiles;
+  // Stream-K only with the scratch the binding allocated for it (scratch_bytes asked for it).
+  const WorkSplit split = work_split(p, Config::kBlockN);
+  if (split.stream_k && p.scratch != nullptr && p.scratch_bytes >= stream_k_scratch(split.ctas, Config::kBlockN)) {
+    ctas = split.ctas;
+    params.flags = static_cast<int*>(p.scratch);
+    params.partials = reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) +
+                                               ceil_div(ctas * int64_t(sizeof(int)), kFlagBytes) * kFlagBytes);
+    FP4_GEMM_CUDA_CHECK(cudaMemsetAsync(params.flags, 0, ctas * sizeof(int), stream));
+  }
+  launch_kernel(engine_kernel<Config>, dim3(unsigned(ctas)), dim3(Config::kThreads), Config::kSmemBytes, stream,
+                p.pdl, map_a, map_b, params);
 }
 
 template <OperandFormat kA, OperandFormat kB>
@@ -98,7 +149,7 @@ void run(const GemmProblem& p, cudaStream_t stream) {
   }
 }
 
-const GemmBackendRegistrar kRegistrar({"sm90_engine", GemmArch::Sm90, 10, &supports, &run});
+const GemmBackendRegistrar kRegistrar({"sm90_engine", GemmArch::Sm90, 10, &supports, &run, &scratch_bytes});
 
 }  // namespace
 }  // namespace fp4_gemm::sm90

@@ -75,11 +75,10 @@ struct EngineConfig {
   static_assert(kStages >= 2, "the ring needs two stages");
   // + 1024: the dynamic shared memory base is only 16-byte aligned; the tiles need 1024.
   static constexpr int kSmemBytes = kBf16Tiles * kBf16TileBytes + kStages * kStageBytes + kBarrierBytes + 1024;
-  // Float accumulators staged for the epilogue; a row stride of 8 (mod 32) words makes a warp's
-  // fragment stores conflict-free.
+  // Float accumulators of one warpgroup staged for the epilogue; a row stride of 8 (mod 32) words
+  // makes a warp's fragment stores conflict-free.
   static constexpr int kStagingStride = kBlockN + 8;
-  static_assert(kBlockM * kStagingStride * 4 <= kBf16Tiles * kBf16TileBytes + kStages * kStageBytes,
-                "the epilogue staging tile reuses the ring");
+  static_assert(64 * kStagingStride * 4 <= kBf16Tiles * kBf16TileBytes, "the epilogue staging reuses the bf16 tiles");
 
   // Consumer threads per B row and the 16-byte bf16 chunks (of 8 per row) each converts.
   static constexpr int kThreadsPerRowB = kConsumerThreads / kBlockN;
@@ -102,10 +101,16 @@ struct EngineParams {
   int64_t m, n, k;
   const uint8_t* sfa;
   const uint8_t* sfb;
-  int64_t k_tiles;       // ceil(K / 64)
-  int64_t sf_k_atoms;    // SfAtom columns per 128-row tile: ceil(nkb / 4)
-  int64_t nkb;           // scale blocks per row
+  int64_t k_tiles;         // ceil(K / 64)
+  int64_t sf_k_atoms;      // SfAtom columns per 128-row tile: ceil(nkb / 4)
+  int64_t nkb;             // scale blocks per row
   int64_t sf_row_tiles_b;  // 128-row tiles of B's scale buffer
+  int64_t tiles_m;         // output tiles along M (tile t is (t % tiles_m, t / tiles_m))
+  int64_t units;           // output tiles x k_tiles: the work the CTAs share
+  // Stream-K (see WorkRange): per CTA, a flag and a float partial tile in fragment order. Null
+  // when every CTA owns whole tiles.
+  int* flags;
+  float* partials;
   GemmEpilogue epilogue;
 };
 
@@ -324,89 +329,160 @@ struct SharedStorage {
   __device__ uint8_t* bf16_tile(int64_t kt) const { return bf16_tiles + (kt % Config::kBf16Tiles) * Config::kBf16TileBytes; }
 };
 
+// ---- work split ---------------------------------------------------------------------------------
+//
+// The units of work are (output tile, K tile) pairs, tile-major. CTA c of G takes the contiguous
+// units [c * U / G, (c + 1) * U / G). With G = tiles that is one whole tile per CTA (data
+// parallel); with G = the SM count it is stream-K: no wave is left part-empty, and a tile may be
+// split between neighbouring CTAs. Then the CTA holding the tile's first K tiles (its last piece
+// of work) owns the tile: the others, for which the tile is their first piece, leave float
+// partials and raise a flag; the owner adds them in CTA order (a fixed order: results are
+// bitwise reproducible) and runs the epilogue. Owners wait only for pieces that were their
+// contributors' first work, so no wait chains form.
+
+__device__ __forceinline__ int64_t first_unit(int64_t cta, const EngineParams& p) {
+  return cta * p.units / int64_t(gridDim.x);
+}
+
+// The CTA whose range holds unit u.
+__device__ __forceinline__ int64_t cta_of_unit(int64_t u, const EngineParams& p) {
+  return ((u + 1) * int64_t(gridDim.x) - 1) / p.units;
+}
+
+struct Segment {
+  int64_t tile;
+  int64_t k_begin, k_end;  // K tiles of this piece
+};
+
+__device__ __forceinline__ Segment segment_at(int64_t u, int64_t end, const EngineParams& p) {
+  const int64_t tile = u / p.k_tiles, k_begin = u % p.k_tiles;
+  const int64_t k_end = end - u < p.k_tiles - k_begin ? k_begin + (end - u) : p.k_tiles;
+  return {tile, k_begin, k_end};
+}
+
 template <class Config>
 __device__ __forceinline__ void produce(const SharedStorage<Config>& smem, const CUtensorMap* map_a,
-                                        const CUtensorMap* map_b, const EngineParams& p, int64_t m0, int64_t n0) {
+                                        const CUtensorMap* map_b, const EngineParams& p) {
   // The scale column of K tile kt: 16-element blocks fill one SfAtom column per tile, 32-element
   // blocks one per two tiles.
   constexpr int kTilesPerAtom = kSfTileCols * block_size(Config::kFormatA) / Config::kBlockK;
   static_assert(block_size(Config::kFormatA) == block_size(Config::kFormatB), "one scale block size");
-  const int64_t row_tile_a = m0 / kSfTileRows;
-  const int64_t row_tile_b = n0 / kSfTileRows;
-  const int64_t rows_left = p.sf_row_tiles_b - row_tile_b;
-  const int b_row_tiles = int(rows_left < Config::kBlockN / kSfTileRows ? rows_left : Config::kBlockN / kSfTileRows);
-  const uint32_t bytes = Config::kTileBytesA + Config::kTileBytesB + Config::kScaleBytesA + b_row_tiles * kSfTileBytes;
-  for (int64_t kt = 0; kt < p.k_tiles; ++kt) {
-    const int s = int(kt % Config::kStages);
-    mbar_wait(&smem.empty[s], uint32_t((kt / Config::kStages) & 1) ^ 1);
-    mbar_arrive_expect_tx(&smem.full[s], bytes);
-    tma_load_2d(smem.a(s), map_a, &smem.full[s], int32_t(kt * Config::kRowBytesA), int32_t(m0));
-    tma_load_2d(smem.b(s), map_b, &smem.full[s], int32_t(kt * Config::kRowBytesB), int32_t(n0));
-    const int64_t atom = kt / kTilesPerAtom;
-    bulk_load(smem.sfa(s), p.sfa + (row_tile_a * p.sf_k_atoms + atom) * kSfTileBytes, kSfTileBytes, &smem.full[s]);
-    for (int r = 0; r < b_row_tiles; ++r) {
-      bulk_load(smem.sfb(s) + r * kSfTileBytes, p.sfb + ((row_tile_b + r) * p.sf_k_atoms + atom) * kSfTileBytes,
-                kSfTileBytes, &smem.full[s]);
+  const int64_t end = first_unit(blockIdx.x + 1, p);
+  int64_t it = 0;  // K tiles streamed so far: the ring position
+  for (int64_t u = first_unit(blockIdx.x, p); u < end;) {
+    const Segment seg = segment_at(u, end, p);
+    const int64_t m0 = (seg.tile % p.tiles_m) * Config::kBlockM, n0 = (seg.tile / p.tiles_m) * Config::kBlockN;
+    const int64_t row_tile_a = m0 / kSfTileRows;
+    const int64_t row_tile_b = n0 / kSfTileRows;
+    const int64_t rows_left = p.sf_row_tiles_b - row_tile_b;
+    const int b_row_tiles = int(rows_left < Config::kBlockN / kSfTileRows ? rows_left : Config::kBlockN / kSfTileRows);
+    const uint32_t bytes =
+        Config::kTileBytesA + Config::kTileBytesB + Config::kScaleBytesA + b_row_tiles * kSfTileBytes;
+    for (int64_t kt = seg.k_begin; kt < seg.k_end; ++kt, ++it) {
+      const int s = int(it % Config::kStages);
+      mbar_wait(&smem.empty[s], uint32_t((it / Config::kStages) & 1) ^ 1);
+      mbar_arrive_expect_tx(&smem.full[s], bytes);
+      tma_load_2d(smem.a(s), map_a, &smem.full[s], int32_t(kt * Config::kRowBytesA), int32_t(m0));
+      tma_load_2d(smem.b(s), map_b, &smem.full[s], int32_t(kt * Config::kRowBytesB), int32_t(n0));
+      const int64_t atom = kt / kTilesPerAtom;
+      bulk_load(smem.sfa(s), p.sfa + (row_tile_a * p.sf_k_atoms + atom) * kSfTileBytes, kSfTileBytes,
+                &smem.full[s]);
+      for (int r = 0; r < b_row_tiles; ++r) {
+        bulk_load(smem.sfb(s) + r * kSfTileBytes, p.sfb + ((row_tile_b + r) * p.sf_k_atoms + atom) * kSfTileBytes,
+                  kSfTileBytes, &smem.full[s]);
+      }
     }
+    u += seg.k_end - seg.k_begin;
   }
 }
 
-// The epilogue. Accumulators go through shared memory (the ring and the bf16 tiles are free once
-// both warpgroups retired their last wgmma): fragments land as float2 rows, then every consumer
-// thread walks the tile as column pairs in row order, so the epilogue is one short loop (not an
-// unrolled copy per fragment register, which thrashed the instruction cache) and the stores are
-// coalesced.
+// The epilogue. Accumulators go through shared memory (the bf16 tiles are free once both
+// warpgroups retired their last wgmma; the ring is not, the producer may be filling it with the
+// next tile): one warpgroup's 64 rows at a time land as float2 rows, then every consumer thread
+// walks them as column pairs in row order, so the epilogue is one short loop (not an unrolled copy
+// per fragment register, which thrashed the instruction cache) and the stores are coalesced.
 template <class Config>
 __device__ __forceinline__ void store_tile(const SharedStorage<Config>& smem, const EngineParams& p,
                                            const float (&acc)[Config::kBlockN / 2], int64_t m0, int64_t n0,
                                            int consumer) {
   float* staging = reinterpret_cast<float*>(smem.bf16_tiles);
-  const int warp_row = (consumer / 32) * 16, lane = consumer % 32;
-  named_barrier_sync(1, Config::kConsumerThreads);
-#pragma unroll
-  for (int i = 0; i < Config::kBlockN / 2; i += 2) {
-    const int row = warp_row + lane / 4 + 8 * ((i % 4) / 2);
-    const int col = 8 * (i / 4) + 2 * (lane % 4);
-    *reinterpret_cast<float2*>(staging + row * Config::kStagingStride + col) = make_float2(acc[i], acc[i + 1]);
-  }
-  named_barrier_sync(1, Config::kConsumerThreads);
-
+  const int warpgroup = consumer / 128, warp_row = ((consumer % 128) / 32) * 16, lane = consumer % 32;
   const GemmEpilogue& e = p.epilogue;
   const float alpha = epilogue_alpha(e, 0);
+  // Plain scaling (the common case) skips the per-element bias, residual and activation tests.
+  const bool plain = e.bias == nullptr && e.residual == nullptr && e.activation == Activation::None;
   constexpr int kPairsPerRow = Config::kBlockN / 2;
+  for (int half = 0; half < 2; ++half) {
+    named_barrier_sync(1, Config::kConsumerThreads);
+    if (warpgroup == half) {
+#pragma unroll
+      for (int i = 0; i < Config::kBlockN / 2; i += 2) {
+        const int row = warp_row + lane / 4 + 8 * ((i % 4) / 2);
+        const int col = 8 * (i / 4) + 2 * (lane % 4);
+        *reinterpret_cast<float2*>(staging + row * Config::kStagingStride + col) = make_float2(acc[i], acc[i + 1]);
+      }
+    }
+    named_barrier_sync(1, Config::kConsumerThreads);
 #pragma unroll 2
-  for (int pair = consumer; pair < Config::kBlockM * kPairsPerRow; pair += Config::kConsumerThreads) {
-    const int row = pair / kPairsPerRow, col = 2 * (pair % kPairsPerRow);
-    const int64_t m = m0 + row, n = n0 + col;
-    if (m >= p.m || n >= p.n) continue;
-    const float2 v = *reinterpret_cast<const float2*>(staging + row * Config::kStagingStride + col);
-    const float y0 = epilogue_value(e, v.x, alpha, m, n, p.n, 0);
-    const float y1 = n + 1 < p.n ? epilogue_value(e, v.y, alpha, m, n + 1, p.n, 0) : 0.0f;
-    store_pair(e, m, n, p.n, y0, y1);
+    for (int pair = consumer; pair < 64 * kPairsPerRow; pair += Config::kConsumerThreads) {
+      const int row = pair / kPairsPerRow, col = 2 * (pair % kPairsPerRow);
+      const int64_t m = m0 + 64 * half + row, n = n0 + col;
+      if (m >= p.m || n >= p.n) continue;
+      const float2 v = *reinterpret_cast<const float2*>(staging + row * Config::kStagingStride + col);
+      if (plain) {
+        store_pair(e, m, n, p.n, v.x * alpha, v.y * alpha);
+        continue;
+      }
+      const float y0 = epilogue_value(e, v.x, alpha, m, n, p.n, 0);
+      const float y1 = n + 1 < p.n ? epilogue_value(e, v.y, alpha, m, n + 1, p.n, 0) : 0.0f;
+      store_pair(e, m, n, p.n, y0, y1);
+    }
+  }
+}
+
+// Stream-K: this CTA's partial tile (its first piece of work) for the tile's owner.
+template <class Config>
+__device__ __forceinline__ void publish_partial(const EngineParams& p, const float (&acc)[Config::kBlockN / 2],
+                                                int consumer) {
+  float* partial = p.partials + int64_t(blockIdx.x) * Config::kBlockM * Config::kBlockN;
+#pragma unroll
+  for (int i = 0; i < Config::kBlockN / 2; ++i) partial[i * Config::kConsumerThreads + consumer] = acc[i];
+  __threadfence();
+  named_barrier_sync(1, Config::kConsumerThreads);
+  if (consumer == 0) flag_release(p.flags + blockIdx.x);
+}
+
+// Stream-K: the owner adds the partials of CTAs first..last, in that order, and clears their flags.
+template <class Config>
+__device__ __forceinline__ void gather_partials(const EngineParams& p, float (&acc)[Config::kBlockN / 2],
+                                                int64_t first, int64_t last, int consumer) {
+  for (int64_t cta = first; cta <= last; ++cta) {
+    if (consumer == 0) flag_acquire_and_clear(p.flags + cta);
+    named_barrier_sync(1, Config::kConsumerThreads);
+    const float* partial = p.partials + cta * Config::kBlockM * Config::kBlockN;
+#pragma unroll
+    for (int i = 0; i < Config::kBlockN / 2; ++i) acc[i] += __ldcg(partial + i * Config::kConsumerThreads + consumer);
   }
 }
 
 template <class Config>
-__device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const EngineParams& p, int64_t m0,
-                                        int64_t n0) {
+__device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const EngineParams& p) {
   const int consumer = int(threadIdx.x) - 128;  // 0..255
   const int warp_row = (consumer / 32) * 16;    // the warp's 16 rows: warpgroup 1 rows 0..63, 2 rows 64..127
   const int lane = consumer % 32;
   const int b_row = consumer / Config::kThreadsPerRowB;
   const int b_sub = consumer % Config::kThreadsPerRowB;
-
   float acc[Config::kBlockN / 2];
-#pragma unroll
-  for (int i = 0; i < Config::kBlockN / 2; ++i) acc[i] = 0.0f;
   uint32_t frag[2][4][4];
 
-  // Waits for K tile kt, decodes it (A into registers, B into its bf16 tile), frees its stage,
-  // and meets the other consumer warpgroup so the whole bf16 tile is written before any wgmma.
-  const auto stage_in = [&](int64_t kt, uint32_t(&f)[4][4]) {
-    const int s = int(kt % Config::kStages);
-    mbar_wait(&smem.full[s], uint32_t((kt / Config::kStages) & 1));
+  // Waits for K tile kt (ring position it), decodes it (A into registers, B into its bf16 tile),
+  // frees its stage, and meets the other consumer warpgroup so the whole bf16 tile is written
+  // before any wgmma.
+  const auto stage_in = [&](int64_t kt, int64_t it, uint32_t(&f)[4][4]) {
+    const int s = int(it % Config::kStages);
+    mbar_wait(&smem.full[s], uint32_t((it / Config::kStages) & 1));
     const TileBlocks blocks = tile_blocks<Config>(kt, p.nkb);
-    convert_b_row<Config>(smem.b(s), smem.sfb(s), smem.bf16_tile(kt), b_row, b_sub, blocks);
+    convert_b_row<Config>(smem.b(s), smem.sfb(s), smem.bf16_tile(it), b_row, b_sub, blocks);
     load_a_fragments<Config>(smem.a(s), smem.sfa(s), warp_row, lane, blocks, f);
     __syncwarp();
     if (lane == 0) mbar_arrive(&smem.empty[s]);
@@ -414,27 +490,44 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
     named_barrier_sync(1, Config::kConsumerThreads);
   };
 
-  // wgmma(kt) runs while tile kt + 1 is decoded. It is retired (wait 0) before wgmma(kt + 1) is
-  // issued: a wgmma whose inputs are defined while an earlier one is in flight, in the same
-  // pipeline stage, makes ptxas serialize them all. Tile kt + 1 overwrites the bf16 tile of
-  // kt - 2: the other warpgroup retired wgmma(kt - 2) before it reached the barrier of tile kt,
-  // which this thread has passed. (With two tiles, wgmma(kt - 1) of the other warpgroup may still
-  // be reading.)
-  if (p.k_tiles > 0) stage_in(0, frag[0]);
-  for (int64_t kt = 0; kt < p.k_tiles; ++kt) {
-    issue_tile<Config>(frag[0], smem.bf16_tile(kt), acc);
-    if (kt + 1 < p.k_tiles) stage_in(kt + 1, frag[1]);
-    wgmma_wait<0>();
-    for (auto& f : frag[0]) pin_registers(f);  // alive until retired: tile kt + 1 cannot reuse them
-    // Hand tile kt + 1's fragments over with moves (no wgmma in flight now) rather than unrolling
-    // the loop twice: one copy of the loop body fits the instruction cache.
-    for (int s = 0; s < 4; ++s) {
-      for (int r = 0; r < 4; ++r) frag[0][s][r] = frag[1][s][r];
+  const int64_t begin = first_unit(blockIdx.x, p), end = first_unit(blockIdx.x + 1, p);
+  int64_t it = 0;
+  for (int64_t u = begin; u < end;) {
+    const Segment seg = segment_at(u, end, p);
+#pragma unroll
+    for (int i = 0; i < Config::kBlockN / 2; ++i) acc[i] = 0.0f;
+    // wgmma(kt) runs while tile kt + 1 is decoded. It is retired (wait 0) before wgmma(kt + 1) is
+    // issued: a wgmma whose inputs are defined while an earlier one is in flight, in the same
+    // pipeline stage, makes ptxas serialize them all. Tile kt + 1 overwrites the bf16 tile of
+    // kt - 2: the other warpgroup retired wgmma(kt - 2) before it reached the barrier of tile kt,
+    // which this thread has passed. (With two tiles, wgmma(kt - 1) of the other warpgroup may
+    // still be reading.)
+    stage_in(seg.k_begin, it, frag[0]);
+    for (int64_t kt = seg.k_begin; kt < seg.k_end; ++kt, ++it) {
+      issue_tile<Config>(frag[0], smem.bf16_tile(it), acc);
+      if (kt + 1 < seg.k_end) stage_in(kt + 1, it + 1, frag[1]);
+      wgmma_wait<0>();
+      for (auto& f : frag[0]) pin_registers(f);  // alive until retired: tile kt + 1 cannot reuse them
+      // Hand tile kt + 1's fragments over with moves (no wgmma in flight now) rather than
+      // unrolling the loop twice: one copy of the loop body fits the instruction cache.
+      for (int s = 0; s < 4; ++s) {
+        for (int r = 0; r < 4; ++r) frag[0][s][r] = frag[1][s][r];
+      }
     }
+    pin_registers(acc);
+    u += seg.k_end - seg.k_begin;
+
+    if (seg.k_begin > 0) {  // a later piece of a tile another CTA owns
+      publish_partial<Config>(p, acc, consumer);
+      continue;
+    }
+    if (seg.k_end < p.k_tiles) {
+      const int64_t tile_end = (seg.tile + 1) * p.k_tiles;
+      gather_partials<Config>(p, acc, blockIdx.x + 1, cta_of_unit(tile_end - 1, p), consumer);
+    }
+    const int64_t m0 = (seg.tile % p.tiles_m) * Config::kBlockM, n0 = (seg.tile / p.tiles_m) * Config::kBlockN;
+    store_tile<Config>(smem, p, acc, m0, n0, consumer);
   }
-  wgmma_wait<0>();
-  pin_registers(acc);
-  store_tile<Config>(smem, p, acc, m0, n0, consumer);
 }
 
 template <class Config>
@@ -443,8 +536,6 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
                   const EngineParams p) {
   extern __shared__ uint8_t smem_raw[];
   const SharedStorage<Config> smem(smem_raw);
-  const int64_t m0 = int64_t(blockIdx.x) * Config::kBlockM;
-  const int64_t n0 = int64_t(blockIdx.y) * Config::kBlockN;
 
   if (threadIdx.x == 0) {
     prefetch_tensor_map(&map_a);
@@ -461,10 +552,10 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
 
   if (threadIdx.x < 128) {
     lower_registers<Config::kProducerRegisters>();
-    if (threadIdx.x == 0) produce<Config>(smem, &map_a, &map_b, p, m0, n0);
+    if (threadIdx.x == 0) produce<Config>(smem, &map_a, &map_b, p);
   } else {
     raise_registers<Config::kConsumerRegisters>();
-    consume<Config>(smem, p, m0, n0);
+    consume<Config>(smem, p);
   }
 }
 

@@ -74,6 +74,21 @@ __device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
 // Orders this thread's ordinary shared-memory stores before later async-proxy reads (wgmma).
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
+// ---- flags between CTAs (stream-K) ------------------------------------------------------------
+
+__device__ __forceinline__ void flag_release(int* flag) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(flag), "r"(1) : "memory");
+}
+
+// Waits until the flag is raised, then lowers it for the next launch.
+__device__ __forceinline__ void flag_acquire_and_clear(int* flag) {
+  int value = 0;
+  do {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(value) : "l"(flag) : "memory");
+  } while (value == 0);
+  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(flag), "r"(0) : "memory");
+}
+
 // ---- warp groups --------------------------------------------------------------------------------
 
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
