@@ -37,9 +37,13 @@ NATIVE = (
     "dequantize_fp4_sfa_fp16",
     "fused_swiglu_quant",
     "prefill_permute_to_masked_gemm",
+    # the M <= 16 kernels (csrc/gemm/skinny) serve these tiers on every arch, and the repack feeding the GEMV
+    "fp4_repack_b_interleaved_sm120",
+    "fp4_w4a4_gemv_warpsplit_interleaved_bf16",
+    "fp4_w4a4_gemm_warpsplit_mrows_bf16",
 )
 HOST_ONLY = ("sfa_size_bytes", "capabilities", "nvfp4_gemm_m256_workspace_size")
-# every GEMM and fp4_repack_b_interleaved_sm120
+# every other GEMM
 REFERENCE_ONLY = tuple(sorted(set(CASES) - set(NATIVE) - set(HOST_ONLY)))
 WITH_OPS = NATIVE + REFERENCE_ONLY
 

@@ -7,6 +7,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
@@ -24,6 +25,7 @@
 #include "csrc/quant/dequantize.h"
 #include "csrc/quant/permute.h"
 #include "csrc/quant/quantize.h"
+#include "csrc/quant/repack.h"
 #include "csrc/quant/swiglu_quant.h"
 #include "registration.h"
 
@@ -218,6 +220,26 @@ void permute_to_masked_cuda(const at::Tensor& x, const at::Tensor& scale, const 
   fp4_gemm::permute_to_masked(problem, at::cuda::getCurrentCUDAStream());
 }
 
+void repack_cuda(const at::Tensor& b, at::Tensor& out) {
+  TORCH_CHECK(b.dim() == 2 && b.scalar_type() == at::kByte && b.is_contiguous() && out.scalar_type() == at::kByte &&
+                  out.is_contiguous() && out.sizes() == b.sizes() && out.device() == b.device(),
+              "fp4_gemm.repack: b and out must be contiguous uint8 [N, K/2] tensors on one device");
+  TORCH_CHECK(b.size(0) % 8 == 0 && b.size(1) % 32 == 0,
+              "fp4_gemm.repack: the streaming layout tiles 8 rows x 64 elements (N % 8 == 0, K % 64 == 0)");
+  const c10::cuda::CUDAGuard guard(b.device());
+  // The kernel reads and writes different places of a row: an overlapping out goes through a copy.
+  const bool overlap = out.data_ptr<uint8_t>() < b.data_ptr<uint8_t>() + b.numel() &&
+                       b.data_ptr<uint8_t>() < out.data_ptr<uint8_t>() + out.numel();
+  at::Tensor target = overlap ? at::empty_like(out) : out;
+  fp4_gemm::RepackProblem problem;
+  problem.in = b.data_ptr<uint8_t>();
+  problem.out = target.data_ptr<uint8_t>();
+  problem.rows = b.size(0);
+  problem.row_bytes = b.size(1);
+  fp4_gemm::repack_interleaved(problem, at::cuda::getCurrentCUDAStream());
+  if (overlap) out.copy_(target);
+}
+
 namespace {
 
 // Host-visible parts of a GEMM, from the op's string arguments.
@@ -388,13 +410,14 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
 
   // Row-major packed NVFP4 weight -> the streaming layout of the decode GEMV.
   ops.def("repack(Tensor b, Tensor(a!) out) -> ()");
+  ops.impl("repack", c10::kCUDA, &repack_cuda);
 
   // Compute capabilities (90, 100, 110, 120) whose GEMM backend is compiled into this build.
   ops.def("gemm_backend_archs() -> int[]", &gemm_backend_archs);
 
   // The ops above with a CUDA kernel in this library; the others run the reference on the GPU.
   ops.def("native_cuda_ops() -> str[]", []() -> std::vector<std::string> {
-    return {"quantize", "dequantize", "swiglu_quant", "permute_to_masked", "gemm"};
+    return {"quantize", "dequantize", "swiglu_quant", "permute_to_masked", "gemm", "repack"};
   });
 }
 

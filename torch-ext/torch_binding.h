@@ -22,6 +22,8 @@ void permute_to_masked_cuda(const at::Tensor& x, const at::Tensor& scale, const 
                             int64_t num_experts, int64_t max_token_num, at::Tensor& permute_x, at::Tensor& out_scale,
                             at::Tensor& index_map, at::Tensor& counts);
 
+void repack_cuda(const at::Tensor& b, at::Tensor& out);
+
 void gemm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& sfa, const at::Tensor& sfb,
                std::string_view a_format, std::string_view b_format, bool b_interleaved, std::string_view grouping,
                const std::optional<at::Tensor>& group_index, int64_t group_rows, const std::optional<at::Tensor>& alpha,

@@ -1,0 +1,462 @@
+"""The M <= 16 kernels (csrc/gemm/skinny) through the public functions: within the docs/FORMATS.md
+bound of float64 math on the exactly dequantized operands (the reference, on CPU copies), for every
+M in 1..16, N at its alignment and large, every operand format, epilogue and output type, the decode
+GEMV on the streaming layout, K tails, NaN scales; outputs poisoned first; bitwise equal run to run,
+with and without a K split, and under CUDA graph replay; the native repack bit for bit.
+
+Which backend serves a problem is asked from the build (ops.gemm_backend): those tests run without a
+GPU."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from checks import POISON_BYTE, assert_bitwise_equal, assert_within_bound, poisoned_like, ulp
+from conftest import requires_cuda
+
+MODES = {"mxfp8": "w8a8-mxfp8", "mxfp4": "w4a4-mxfp4", "nvfp4": "w4a4-nvfp4"}
+OPERAND_PAIRS = [("nvfp4", "nvfp4"), ("mxfp4", "mxfp4"), ("mxfp8", "mxfp8"), ("nvfp4", "e0m3"), ("e0m3", "e0m3")]
+ARCHS = (90, 100, 110, 120)
+GELU_SLOPE = 1.13  # the largest slope of the erf GELU: an error of its input carries over at most that much
+
+
+def backend(fp4, a_format="nvfp4", b_format="nvfp4", m=4, n=4096, k=4096, cc=90, **kind) -> str:
+    kind = {"b_interleaved": False, "grouping": "dense", "activation": "none", "out_format": "bf16"} | kind
+    return fp4.ops.gemm_backend(
+        cc, a_format, b_format, kind["b_interleaved"], kind["grouping"], kind["activation"], kind["out_format"],
+        kind.get("schedule", "auto"), m, n, k,
+    )  # fmt: skip
+
+
+# ---- which problems the skinny kernels serve (host-side predicate: runs without a GPU) ----------
+
+
+@pytest.mark.parametrize("cc", ARCHS)
+@pytest.mark.parametrize("pair", OPERAND_PAIRS, ids="-".join)
+def test_skinny_serves_every_dense_problem_of_up_to_16_rows_on_every_arch(fp4, cc, pair):
+    for m in range(1, 17):
+        for activation in ("none", "gelu", "relu2"):
+            for out_format in ("bf16", "fp16"):
+                got = backend(fp4, *pair, m=m, cc=cc, activation=activation, out_format=out_format)
+                assert got == "skinny", f"M={m} {activation} {out_format}: {got!r}"
+
+
+@pytest.mark.parametrize("schedule", ["auto", "streamk", "skinny", "mrows"])
+def test_skinny_serves_every_schedule_of_the_tier(fp4, schedule):
+    assert backend(fp4, m=16, schedule=schedule) == "skinny"
+
+
+def test_skinny_serves_the_interleaved_gemv_at_its_alignment(fp4):
+    assert backend(fp4, m=1, n=8, k=64, b_interleaved=True, schedule="gemv") == "skinny"
+    assert backend(fp4, m=1, n=4104, k=4160, b_interleaved=True, schedule="gemv") == "skinny"
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        {"m": 17},
+        {"activation": "geglu", "out_format": "nvfp4_from_fp16"},
+        {"out_format": "nvfp4"},
+        {"activation": "relu2", "out_format": "nvfp4"},
+        {"grouping": "masked"},
+        {"grouping": "contiguous"},
+        {"grouping": "batched"},
+        {"k": 48},  # 24-byte NVFP4 rows: not whole 16-byte chunks
+        {"m": 2, "b_interleaved": True},  # the streaming layout is the M = 1 GEMV's
+        {"m": 1, "n": 12, "k": 64, "b_interleaved": True},
+        {"m": 1, "n": 8, "k": 96, "b_interleaved": True},
+    ],
+    ids=lambda kind: "-".join(f"{key}={value}" for key, value in kind.items()),
+)
+def test_skinny_leaves_other_problems_to_the_engines_or_the_reference(fp4, kind):
+    assert backend(fp4, **kind) != "skinny"
+
+
+def test_skinny_leaves_mismatched_operand_formats_alone(fp4):
+    for a_format, b_format in [("mxfp4", "nvfp4"), ("nvfp4", "mxfp4"), ("mxfp8", "mxfp4"), ("mxfp4", "e0m3")]:
+        assert backend(fp4, a_format, b_format) != "skinny", (a_format, b_format)
+
+
+# ---- operands and the bound -------------------------------------------------------------------
+
+
+def quantize(ref, fmt: str, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """CPU quantization by the reference, with the scale buffer the public functions of fmt take."""
+    if fmt == "nvfp4":
+        return ref.quantize_fp4_sfa_bf16(x)
+    if fmt == "e0m3":
+        return ref.quantize_e0m3_sfa_fp16(x.half())
+    return ref.group_wise_quant(x, MODES[fmt])
+
+
+def random_bf16(rows: int, cols: int, seed: int, scale: float = 1.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(rows, cols, generator=g) * scale).to(torch.bfloat16)
+
+
+@functools.lru_cache(maxsize=8)
+def quantized_weight(ref, fmt: str, n: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A weight-like B (N(0, 0.05)) quantized by the reference, and its exact float64 values."""
+    b, sfb = quantize(ref, fmt, random_bf16(n, k, seed, scale=0.05))
+    return b, sfb, ref.dequantize(b, sfb, ref.FORMATS[fmt]).double()
+
+
+class Operands:
+    """A [M, K] and B [N, K] quantized on the CPU, their exact float64 values, and CUDA copies."""
+
+    def __init__(self, ref, a_format: str, b_format: str, m: int, n: int, k: int, seed: int = 0) -> None:
+        self.a, self.sfa = quantize(ref, a_format, random_bf16(m, k, seed))
+        self.a_dq = ref.dequantize(self.a, self.sfa, ref.FORMATS[a_format]).double()
+        self.b, self.sfb, self.b_dq = quantized_weight(ref, b_format, n, k, seed + 1)
+
+    def cuda(self) -> tuple[torch.Tensor, ...]:
+        return tuple(t.cuda() for t in (self.a, self.b, self.sfa, self.sfb))
+
+    def product(self) -> torch.Tensor:
+        return self.a_dq @ self.b_dq.T
+
+
+def assert_epilogue_within_bound(
+    out: torch.Tensor,
+    ops: Operands,
+    alpha: float = 1.0,
+    bias: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    activation: str = "none",
+    what: str = "",
+) -> None:
+    """The FORMATS.md bound for act(alpha * A @ B^T + bias + residual): alpha scales the accumulation
+    term, the float32 additions of bias and residual add their rounding, GELU carries its input error
+    over at most GELU_SLOPE times (the output ulp is of the result)."""
+    y = alpha * ops.product()
+    terms = y.abs()
+    for extra in (bias, residual):
+        if extra is not None:
+            y = y + extra.double().cpu()
+            terms = terms + extra.double().cpu().abs()
+    expected = {"none": y, "gelu": torch.nn.functional.gelu(y), "relu2": torch.relu(y) ** 2}[activation]
+    k = ops.a_dq.shape[1]
+    input_error = k * 2.0**-24 * abs(alpha) * (ops.a_dq.abs() @ ops.b_dq.abs().T) + 2.0**-23 * terms
+    # |f(y + d) - f(y)| <= slope * |d|; for relu2 that slope is 2 |y| + |d|
+    slope = {"none": 1.0, "gelu": GELU_SLOPE, "relu2": 2 * y.abs() + input_error}[activation]
+    out = out.cpu()
+    bound = ulp(expected, out.dtype) + slope * input_error + 2.0**-22 * expected.abs()
+    nan = expected.isnan()
+    assert torch.equal(out.isnan(), nan), f"{what}: NaN where the reference has none, or the reverse"
+    err = torch.where(nan, 0.0, (out.double() - expected).abs())
+    worst = (err - bound).max().item()
+    assert worst <= 0, f"{what}: error exceeds the bound by {worst:.3g} (max err {err.max().item():.3g})"
+
+
+def poisoned_out(m: int, n: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    return poisoned_like(torch.empty(m, n, dtype=dtype, device="cuda"))
+
+
+# ---- every M, every format ----------------------------------------------------------------------
+
+
+@requires_cuda
+@pytest.mark.parametrize("n", [8, 4104])
+@pytest.mark.parametrize("m", range(1, 17))
+def test_nvfp4_gemm_bf16_every_m_within_the_bound(fp4, ref, m, n):
+    ops = Operands(ref, "nvfp4", "nvfp4", m, n, 512, seed=m)
+    out = fp4.nvfp4_gemm_bf16(*ops.cuda(), alpha=0.5, out=poisoned_out(m, n))
+    assert_within_bound(out.cpu(), 0.5 * ops.product(), 0.5 * ops.a_dq, ops.b_dq, f"M={m} N={n}")
+
+
+@requires_cuda
+@pytest.mark.parametrize("n", [8, 4104])
+@pytest.mark.parametrize("m", [1, 2, 5, 8, 9, 13, 16])
+@pytest.mark.parametrize("fmt", list(MODES))
+def test_dense_gemm_every_mode_and_m_within_the_bound(fp4, ref, fmt, m, n):
+    ops = Operands(ref, fmt, fmt, m, n, 512, seed=100 + m)
+    bias = random_bf16(1, n, 7).reshape(n)
+    out = poisoned_out(m, n)
+    a, b, sfa, sfb = ops.cuda()
+    fp4.dense_gemm(a, b, sfa, sfb, out, bias=bias.cuda(), alpha=torch.tensor([0.75], device="cuda"), mode=MODES[fmt])
+    assert_epilogue_within_bound(out, ops, alpha=0.75, bias=bias, what=f"{fmt} M={m} N={n}")
+
+
+@requires_cuda
+@pytest.mark.parametrize("m", [1, 4, 8, 9, 16])
+@pytest.mark.parametrize("a_format", [1, 0])
+def test_e0m3_weight_gemm_fp16_within_the_bound(fp4, ref, a_format, m):
+    ops = Operands(ref, "nvfp4" if a_format == 1 else "e0m3", "e0m3", m, 4104, 256, seed=200 + m)
+    out = poisoned_out(m, 4104, torch.float16)
+    fp4.e0m3_weight_gemm_fp16(*ops.cuda(), alpha=0.25, a_format=a_format, out=out)
+    assert_within_bound(out.cpu(), 0.25 * ops.product(), 0.25 * ops.a_dq, ops.b_dq, f"a_format={a_format} M={m}")
+
+
+# ---- the flashrt tiers: knobs, the streaming layout ------------------------------------------------
+
+
+@requires_cuda
+@pytest.mark.parametrize("stages", [1, 3, 8])
+@pytest.mark.parametrize("warps", [2, 4, 8])
+@pytest.mark.parametrize("m", [1, 7, 16])
+def test_mrows_tier_every_knob_within_the_bound(fp4, ref, m, warps, stages):
+    k = 64 * warps * 3
+    ops = Operands(ref, "nvfp4", "nvfp4", m, 4104, k, seed=300 + m)
+    out = fp4.fp4_w4a4_gemm_warpsplit_mrows_bf16(
+        *ops.cuda(), alpha=2.0, warps=warps, stages=stages, out=poisoned_out(m, 4104)
+    )
+    what = f"M={m} warps={warps} stages={stages}"
+    assert_within_bound(out.cpu(), 2.0 * ops.product(), 2.0 * ops.a_dq, ops.b_dq, what)
+
+
+@requires_cuda
+@pytest.mark.parametrize("stages", [1, 3, 8])
+@pytest.mark.parametrize("warps", [2, 4, 8])
+@pytest.mark.parametrize("nk", [(8, 64), (136, 192), (4104, 512)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_gemv_on_the_streaming_layout_within_the_bound(fp4, ref, nk, warps, stages):
+    n, k = nk
+    ops = Operands(ref, "nvfp4", "nvfp4", 1, n, k, seed=n + k)
+    a, b, sfa, sfb = ops.cuda()
+    streamed = fp4.fp4_repack_b_interleaved_sm120(b)
+    out = fp4.fp4_w4a4_gemv_warpsplit_interleaved_bf16(
+        a, streamed, sfa, sfb, alpha=0.5, warps=warps, stages=stages, out=poisoned_out(1, n)
+    )
+    assert_within_bound(out.cpu(), 0.5 * ops.product(), 0.5 * ops.a_dq, ops.b_dq, f"{n}x{k} warps={warps}")
+
+
+# ---- epilogues and output types ------------------------------------------------------------------
+
+
+@requires_cuda
+@pytest.mark.parametrize("m", [1, 11, 16])
+def test_bias_residual_gelu_epilogues_within_the_bound(fp4, ref, m):
+    n, k = 4104, 256
+    ops = Operands(ref, "nvfp4", "nvfp4", m, n, k, seed=400 + m)
+    a, b, sfa, sfb = ops.cuda()
+    bias = random_bf16(1, n, 1).reshape(n)
+    residual = random_bf16(m, n, 2)
+    checks = {
+        "bias bf16": (fp4.nvfp4_gemm_bias_bf16(a, b, sfa, sfb, bias.cuda(), alpha=1.5, out=poisoned_out(m, n)),
+                      {"alpha": 1.5, "bias": bias}),
+        "bias fp32 stream-K": (fp4.nvfp4_gemm_streamk_bias_bf16(a, b, sfa, sfb, bias.float().cuda(),
+                                                                 out=poisoned_out(m, n)), {"bias": bias.float()}),
+        "residual": (fp4.nvfp4_gemm_residual_bf16(a, b, sfa, sfb, residual.cuda(), out=poisoned_out(m, n)),
+                     {"residual": residual}),
+        "bias + residual": (fp4.nvfp4_gemm_bias_residual_bf16(a, b, sfa, sfb, bias.cuda(), residual.cuda(), alpha=0.5,
+                                                              out=poisoned_out(m, n)),
+                            {"alpha": 0.5, "bias": bias, "residual": residual}),
+        "bias + residual fp16": (fp4.nvfp4_gemm_bias_residual_fp16(a, b, sfa, sfb, bias.half().cuda(),
+                                                                   residual.half().cuda(),
+                                                                   out=poisoned_out(m, n, torch.float16)),
+                                 {"bias": bias.half(), "residual": residual.half()}),
+        "bias + gelu": (fp4.nvfp4_gemm_bias_gelu_bf16(a, b, sfa, sfb, bias.cuda(), alpha=3.0, out=poisoned_out(m, n)),
+                        {"alpha": 3.0, "bias": bias, "activation": "gelu"}),
+        "fp16": (fp4.nvfp4_gemm_fp16(a, b, sfa, sfb, alpha=0.25, out=poisoned_out(m, n, torch.float16)),
+                 {"alpha": 0.25}),
+    }  # fmt: skip
+    for what, (out, epilogue) in checks.items():
+        assert_epilogue_within_bound(out, ops, **epilogue, what=f"M={m} {what}")
+
+
+@requires_cuda
+@pytest.mark.parametrize("out_format", ["bf16", "fp16"])
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp8"])
+def test_relu2_and_gelu_with_16_bit_outputs_within_the_bound(fp4, ref, fmt, out_format):
+    """The gemm op directly: no public function pairs relu2 with a 16-bit output."""
+    m, n = 6, 1032
+    ops = Operands(ref, fmt, fmt, m, n, 320, seed=9)
+    a, b, sfa, sfb = ops.cuda()
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[out_format]
+    bias = random_bf16(1, n, 3).reshape(n).to(dtype)
+    for activation in ("relu2", "gelu"):
+        out = poisoned_out(m, n, dtype)
+        fp4.ops.gemm(
+            a, b, sfa, sfb, fmt, fmt, False, "dense", None, 0, None, 0.5, bias.cuda(), None, activation, out, None,
+            out_format, "auto", -1, -1, 0, 0, None, False,
+        )  # fmt: skip
+        assert_epilogue_within_bound(out, ops, alpha=0.5, bias=bias, activation=activation, what=f"{fmt} {activation}")
+
+
+# ---- K tails, scale padding, NaN scales -----------------------------------------------------------
+
+
+@requires_cuda
+@pytest.mark.parametrize("fmt", list(MODES) + ["e0m3"])
+@pytest.mark.parametrize("k", [32, 96, 160, 224])
+def test_k_tails_ignore_the_scale_padding(fp4, ref, fmt, k):
+    """K that ends inside a slab and inside a 4-block SfAtom column: the padding scale bytes (0 by
+    contract) are set to the NaN code here, and must not reach the result."""
+    m, n = 3, 72
+    ops = Operands(ref, "nvfp4" if fmt == "e0m3" else fmt, fmt, m, n, k, seed=k)
+    a, b, sfa, sfb = ops.cuda()
+    group = ref.FORMATS[fmt].group
+    nkb = k // group
+    for buffer, rows, scale_format in ((sfa, m, "nvfp4" if fmt == "e0m3" else fmt), (sfb, n, fmt)):
+        flat = buffer.reshape(-1)
+        padding = torch.ones_like(flat, dtype=torch.bool)
+        padding[ref.unswizzle_scales(torch.arange(flat.numel()), rows, nkb).reshape(-1).cuda()] = False
+        flat[padding] = ref.FORMATS[scale_format].scale_nan
+    out = poisoned_out(m, n, torch.float16)
+    fp4.ops.gemm(
+        a, b, sfa, sfb, "nvfp4" if fmt == "e0m3" else fmt, fmt, False, "dense", None, 0, None, 1.0, None, None, "none",
+        out, None, "fp16", "auto", -1, -1, 0, 0, None, False,
+    )  # fmt: skip
+    assert backend(fp4, "nvfp4" if fmt == "e0m3" else fmt, fmt, m=m, n=n, k=k) == "skinny"
+    assert_within_bound(out.cpu(), ops.product(), ops.a_dq, ops.b_dq, f"{fmt} K={k}")
+
+
+@requires_cuda
+@pytest.mark.parametrize("fmt", list(MODES))
+def test_nan_scales_make_their_row_and_column_nan(fp4, ref, fmt):
+    m, n, k = 9, 264, 256
+    ops = Operands(ref, fmt, fmt, m, n, k, seed=11)
+    a, b, sfa, sfb = ops.cuda()
+    nkb = k // ref.FORMATS[fmt].group
+    nan = ref.FORMATS[fmt].scale_nan
+    sfa.reshape(-1)[ref.sf_offset(4, 1, nkb)] = nan  # token 4, block 1
+    sfb.reshape(-1)[ref.sf_offset(130, nkb - 1, nkb)] = nan  # weight row 130, its last block
+    out = poisoned_out(m, n)
+    fp4.dense_gemm(a, b, sfa, sfb, out, alpha=torch.ones(1, device="cuda"), mode=MODES[fmt])
+    nan_mask = out.isnan().cpu()
+    expected = torch.zeros(m, n, dtype=torch.bool)
+    expected[4, :] = True
+    expected[:, 130] = True
+    assert torch.equal(nan_mask, expected), f"{fmt}: NaN at {nan_mask.nonzero().tolist()[:8]}"
+
+
+# ---- split-K, determinism, graphs ------------------------------------------------------------------
+
+
+@requires_cuda
+@pytest.mark.parametrize("m", [1, 16])
+def test_split_and_unsplit_k_both_within_the_bound_and_each_deterministic(fp4, ref, m):
+    """One SM: the grid never splits K; all SMs: a K split with its float32 scratch and fixed-order reduction."""
+    n, k = 2056, 4096
+    ops = Operands(ref, "nvfp4", "nvfp4", m, n, k, seed=12)
+    a, b, sfa, sfb = ops.cuda()
+    alpha = torch.ones(1, device="cuda")
+    for sm_count in (1, -1):
+        outs = []
+        for _ in range(2):
+            out = poisoned_out(m, n)
+            fp4.dense_gemm(a, b, sfa, sfb, out, alpha=alpha, sm_count=sm_count, mode="w4a4-nvfp4")
+            outs.append(out)
+        assert_bitwise_equal(outs[1], outs[0], f"sm_count={sm_count} run to run")
+        assert_within_bound(outs[0].cpu(), ops.product(), ops.a_dq, ops.b_dq, f"M={m} sm_count={sm_count}")
+
+
+@requires_cuda
+@pytest.mark.parametrize("fmt", list(MODES))
+def test_runs_are_bitwise_equal_and_replay_in_a_cuda_graph(fp4, ref, fmt):
+    m, n, k = 5, 4104, 2048
+    ops = Operands(ref, fmt, fmt, m, n, k, seed=13)
+    a, b, sfa, sfb = ops.cuda()
+    alpha = torch.tensor([1.25], device="cuda")
+    first = poisoned_out(m, n)
+    fp4.dense_gemm(a, b, sfa, sfb, first, alpha=alpha, mode=MODES[fmt])
+    for _ in range(3):
+        again = poisoned_out(m, n)
+        fp4.dense_gemm(a, b, sfa, sfb, again, alpha=alpha, mode=MODES[fmt])
+        assert_bitwise_equal(again, first, f"{fmt} run to run")
+    out = poisoned_out(m, n)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fp4.dense_gemm(a, b, sfa, sfb, out, alpha=alpha, mode=MODES[fmt])
+    for _ in range(2):
+        out.view(torch.uint8).fill_(POISON_BYTE)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_bitwise_equal(out, first, f"{fmt} graph replay")
+    assert_within_bound(out.cpu(), 1.25 * ops.product(), 1.25 * ops.a_dq, ops.b_dq, f"{fmt} graph replay")
+
+
+# The decode shapes of the benchmark: quantized by the package on the GPU (its quantizers equal the
+# reference bit for bit, test_quantize.py) and checked against the reference run on the GPU.
+DECODE_SHAPES = [(17408, 5120), (5120, 17408), (12288, 5120)]
+
+
+def gpu_operands(fp4, ref, fmt: str, m: int, n: int, k: int, seed: int):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a, sfa = fp4.group_wise_quant(torch.randn(m, k, generator=g, device="cuda").to(torch.bfloat16), MODES[fmt])
+    b, sfb = fp4.group_wise_quant((torch.randn(n, k, generator=g, device="cuda") * 0.05).to(torch.bfloat16), MODES[fmt])
+    dq = [ref.dequantize(v, s, ref.FORMATS[fmt]).double() for v, s in ((a, sfa), (b, sfb))]
+    return (a, b, sfa, sfb), dq[0], dq[1]
+
+
+@requires_cuda
+def test_gemv_replays_in_a_cuda_graph(fp4, ref):
+    (a, b, sfa, sfb), a_dq, b_dq = gpu_operands(fp4, ref, "nvfp4", 1, 17408, 5120, seed=14)
+    streamed = fp4.fp4_repack_b_interleaved_sm120(b)
+    first = fp4.fp4_w4a4_gemv_warpsplit_interleaved_bf16(a, streamed, sfa, sfb)
+    out = poisoned_like(first)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fp4.fp4_w4a4_gemv_warpsplit_interleaved_bf16(a, streamed, sfa, sfb, out=out)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_bitwise_equal(out, first, "gemv graph replay")
+    assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, "gemv 17408x5120")
+
+
+@requires_cuda
+@pytest.mark.parametrize("m", [1, 16])
+@pytest.mark.parametrize("fmt", list(MODES))
+@pytest.mark.parametrize("nk", DECODE_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_decode_shapes_within_the_bound(fp4, ref, nk, fmt, m):
+    n, k = nk
+    (a, b, sfa, sfb), a_dq, b_dq = gpu_operands(fp4, ref, fmt, m, n, k, seed=15)
+    out = poisoned_out(m, n)
+    fp4.dense_gemm(a, b, sfa, sfb, out, alpha=torch.ones(1, device="cuda"), mode=MODES[fmt])
+    assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"{fmt} M={m} {n}x{k}")
+
+
+# ---- the streaming-layout repack -------------------------------------------------------------------
+
+
+@requires_cuda
+@pytest.mark.parametrize("nk", [(8, 64), (136, 192), (4104, 5120)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_repack_cuda_equals_the_reference_bit_for_bit(fp4, ref, nk):
+    n, k = nk
+    b = torch.randint(0, 256, (n, k // 2), generator=torch.Generator().manual_seed(n), dtype=torch.uint8)
+    expected = ref.interleave_rows(b)
+    assert_bitwise_equal(fp4.fp4_repack_b_interleaved_sm120(b.cuda()).cpu(), expected, f"{n}x{k}")
+    out = poisoned_like(b.cuda())
+    assert fp4.fp4_repack_b_interleaved_sm120(b.cuda(), out=out) is out
+    assert_bitwise_equal(out.cpu(), expected, f"{n}x{k} into out")
+
+
+@requires_cuda
+def test_repack_cuda_unaligned_and_in_place(fp4, ref):
+    n, k = 24, 192
+    b = torch.randint(0, 256, (n, k // 2), generator=torch.Generator().manual_seed(1), dtype=torch.uint8)
+    expected = ref.interleave_rows(b)
+    storage = torch.zeros(n * k // 2 + 1, dtype=torch.uint8, device="cuda")
+    unaligned = storage[1:].view(n, k // 2)
+    unaligned.copy_(b.cuda())
+    assert unaligned.data_ptr() % 16 != 0
+    assert_bitwise_equal(fp4.fp4_repack_b_interleaved_sm120(unaligned).cpu(), expected, "unaligned input")
+    in_place = b.cuda()
+    fp4.ops.repack(in_place, in_place)
+    assert_bitwise_equal(in_place.cpu(), expected, "in place")
+
+
+# ---- argument rules, checked before any launch ------------------------------------------------------
+
+
+@requires_cuda
+def test_tier_rules_raise_before_launch(fp4, ref):
+    a17, b, sfa17, sfb = Operands(ref, "nvfp4", "nvfp4", 17, 64, 384).cuda()
+    a, _, sfa, _ = Operands(ref, "nvfp4", "nvfp4", 1, 64, 384).cuda()
+    a2, _, sfa2, _ = Operands(ref, "nvfp4", "nvfp4", 2, 64, 384).cuda()
+    with pytest.raises(ValueError, match="M <= 16"):
+        fp4.fp4_w4a4_gemm_warpsplit_mrows_bf16(a17, b, sfa17, sfb)
+    with pytest.raises(ValueError, match="64 \\* warps"):
+        fp4.fp4_w4a4_gemm_warpsplit_mrows_bf16(a, b, sfa, sfb, warps=8)  # K = 384 is not a multiple of 512
+    with pytest.raises(ValueError, match="warps"):
+        fp4.fp4_w4a4_gemm_warpsplit_mrows_bf16(a, b, sfa, sfb, warps=3)
+    with pytest.raises(ValueError, match="stages"):
+        fp4.fp4_w4a4_gemm_warpsplit_mrows_bf16(a, b, sfa, sfb, stages=9)
+    with pytest.raises(ValueError, match="M = 1"):
+        fp4.fp4_w4a4_gemv_warpsplit_interleaved_bf16(a2, b, sfa2, sfb)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        fp4.fp4_repack_b_interleaved_sm120(torch.zeros(12, 256, dtype=torch.uint8, device="cuda"))
+    torch.cuda.synchronize()  # nothing was launched that could have failed
