@@ -71,6 +71,8 @@ __device__ __forceinline__ typename Pair<T>::Type decode_e2m1_pair(uint32_t n) {
 // FMA pipe, which the GEMM mainloops leave idler than the integer pipe.
 template <class T>
 __device__ __forceinline__ typename Pair<T>::Type e2m1_stride4_patterns(uint32_t codes, int j) {
+  // In fp16 the magnitude copy (bits 9..12) would overlap the sign copy (12..15) and carry.
+  static_assert(std::is_same_v<T, __nv_bfloat16>, "the multiply placement is exact for bf16 only");
   constexpr int kShift = Pair<T>::kExponentShift - 1;  // magnitude bits go to kShift .. kShift + 2
   const uint32_t word = j < 2 ? codes : codes >> 8;    // nibbles j, j + 4 now at bits 4(j % 2)
   const int low = 4 * (j % 2);
