@@ -226,3 +226,31 @@ def test_stream_k_and_whole_tile_splits_are_both_within_the_bound(fp4, ref, shap
     streamk = fp4.nvfp4_gemm_streamk_bf16(a2, b2, sfa2, sfb2)
     again = fp4.nvfp4_gemm_streamk_bf16(a2, b2, sfa2, sfb2)
     assert_bitwise_equal(again, streamk, "stream-K run to run")
+
+
+@requires_sm90
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("shape", [(3073, 264, 96), (3080, 520, 1024)], ids=lambda s: "x".join(map(str, s)))
+def test_weights_dequantized_once_to_bf16_are_within_the_bound(fp4, ref, mode, shape):
+    # from 24 row tiles of A on, B is dequantized once into bf16 scratch (BSource::Bf16)
+    m, n, k = shape
+    (a, b, sfa, sfb), a_dq, b_dq = halops_operands(fp4, ref, mode, m, n, k)
+    out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
+    fp4.dense_gemm(a, b, sfa, sfb, out, alpha=torch.full((1,), 0.5, device="cuda"), mode=mode)
+    assert_within_bound(out, 0.5 * (a_dq @ b_dq.T), 0.5 * a_dq, b_dq, f"{mode} {shape}")
+
+
+@requires_sm90
+@pytest.mark.parametrize("a_format", [0, 1])
+def test_e0m3_weights_dequantized_once_to_bf16_are_within_the_bound(fp4, ref, a_format):
+    x = random_bf16(3100, 512, 1)
+    if a_format == 1:
+        a, sfa = fp4.quantize_fp4_sfa_bf16(x)
+        a_dq = ref.dequantize(a, sfa, ref.NVFP4).double()
+    else:
+        a, sfa = fp4.quantize_e0m3_sfa_fp16(x.half())
+        a_dq = ref.dequantize(a, sfa, ref.E0M3).double()
+    b, sfb = fp4.quantize_e0m3_sfa_fp16(random_bf16(384, 512, 2).half())
+    b_dq = ref.dequantize(b, sfb, ref.E0M3).double()
+    out = fp4.e0m3_weight_gemm_fp16(a, b, sfa, sfb, alpha=0.25, a_format=a_format)
+    assert_within_bound(out, 0.25 * (a_dq @ b_dq.T), 0.25 * a_dq, b_dq, f"e0m3 a_format={a_format}")

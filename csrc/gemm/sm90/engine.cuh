@@ -47,10 +47,21 @@ namespace fp4_gemm::sm90 {
 
 using Bf16x2 = __nv_bfloat162;
 
-template <OperandFormat kA, OperandFormat kB, int kBlockN_>
+// Where B's bf16 tile comes from. Packed: the consumers decode each packed K tile into a bf16 tile
+// (above). Bf16: B was dequantized once, exactly, into a bf16 scratch matrix before the launch
+// (dequantize.cu), and TMA loads its tiles already in the 128-byte swizzle; the consumers then
+// decode only A, in wgmma's own K order. The second pays off once B would be decoded for enough
+// 128-row tiles of A (backend.cu decides).
+enum class BSource : int { Packed = 0, Bf16 = 1 };
+
+constexpr int round_up(int x, int multiple) { return (x + multiple - 1) / multiple * multiple; }
+
+template <OperandFormat kA, OperandFormat kB, int kBlockN_, BSource kBSource_ = BSource::Packed>
 struct EngineConfig {
   static constexpr OperandFormat kFormatA = kA;
   static constexpr OperandFormat kFormatB = kB;
+  static constexpr BSource kBSource = kBSource_;
+  static constexpr bool kPackedB = kBSource_ == BSource::Packed;
   static constexpr int kBlockM = 128;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kBlockK = 64;  // one 128-byte bf16 row of the swizzled B tile
@@ -63,34 +74,40 @@ struct EngineConfig {
   static constexpr int kTileBytesB = kBlockN * kRowBytesB;
   static constexpr int kScaleBytesA = kSfTileBytes;  // the SfAtom column holding this K tile
   static constexpr int kScaleBytesB = kSfTileBytes * kBlockN / kSfTileRows;
-  static constexpr int kStageBytes = kTileBytesA + kTileBytesB + kScaleBytesA + kScaleBytesB;
   static constexpr int kBf16TileBytes = kBlockN * kBlockK * 2;
-  static constexpr int kBf16Tiles = 3;
-  static constexpr int kMaxSmem = 227 * 1024;
-  static constexpr int kBarrierBytes = 256;
-  static constexpr int kStages =
-      (kMaxSmem - kBf16Tiles * kBf16TileBytes - kBarrierBytes - 1024) / kStageBytes > 8
-          ? 8
-          : (kMaxSmem - kBf16Tiles * kBf16TileBytes - kBarrierBytes - 1024) / kStageBytes;
-  static_assert(kStages >= 2, "the ring needs two stages");
-  // + 1024: the dynamic shared memory base is only 16-byte aligned; the tiles need 1024.
-  static constexpr int kSmemBytes = kBf16Tiles * kBf16TileBytes + kStages * kStageBytes + kBarrierBytes + 1024;
+  // A stage: packed A, packed B and both scale columns; or, with a bf16 B, B's swizzled tile first
+  // (1024-byte aligned for wgmma), then packed A and its scales.
+  static constexpr int kStageBytes = kPackedB ? kTileBytesA + kTileBytesB + kScaleBytesA + kScaleBytesB
+                                              : round_up(kBf16TileBytes + kTileBytesA + kScaleBytesA, 1024);
   // Float accumulators of one warpgroup staged for the epilogue; a row stride of 8 (mod 32) words
   // makes a warp's fragment stores conflict-free.
   static constexpr int kStagingStride = kBlockN + 8;
-  static_assert(64 * kStagingStride * 4 <= kBf16Tiles * kBf16TileBytes, "the epilogue staging reuses the bf16 tiles");
+  // The region before the ring: the rotating decoded B tiles (packed B), which the epilogue staging
+  // reuses, or the staging alone.
+  static constexpr int kBf16Tiles = kPackedB ? 3 : 0;
+  static constexpr int kRegionBytes = round_up(
+      kBf16Tiles * kBf16TileBytes > 64 * kStagingStride * 4 ? kBf16Tiles * kBf16TileBytes : 64 * kStagingStride * 4,
+      1024);
+  static constexpr int kMaxSmem = 227 * 1024;
+  static constexpr int kBarrierBytes = 256;
+  static constexpr int kStages = (kMaxSmem - kRegionBytes - kBarrierBytes - 1024) / kStageBytes > 8
+                                     ? 8
+                                     : (kMaxSmem - kRegionBytes - kBarrierBytes - 1024) / kStageBytes;
+  static_assert(kStages >= 2, "the ring needs two stages");
+  // + 1024: the dynamic shared memory base is only 16-byte aligned; the tiles need 1024.
+  static constexpr int kSmemBytes = kRegionBytes + kStages * kStageBytes + kBarrierBytes + 1024;
 
   // Consumer threads per B row and the 16-byte bf16 chunks (of 8 per row) each converts.
   static constexpr int kThreadsPerRowB = kConsumerThreads / kBlockN;
   static constexpr int kChunksPerThread = 8 / kThreadsPerRowB;
   static_assert(kBlockN == 128 || kBlockN == 256, "tile widths 128 and 256");
 
-  // NVFP4 x NVFP4: B is decoded to its bit patterns only (value * 2^-126, no unbias multiply) with
-  // its block scale taken times 2^63, and A's block scale times 2^63 as well: the products are
-  // unchanged and every operand value stays a normal bf16 (|B| in 2^-73 .. 2^-51, |A| in
-  // 2^53 .. 2^75), so both stay exact, with one multiply per B pair fewer. UE8M0 scales span
+  // NVFP4 x NVFP4 with packed B: B is decoded to its bit patterns only (value * 2^-126, no unbias
+  // multiply) with its block scale taken times 2^63, and A's block scale times 2^63 as well: the
+  // products are unchanged and every operand value stays a normal bf16 (|B| in 2^-73 .. 2^-51, |A|
+  // in 2^53 .. 2^75), so both stay exact, with one multiply per B pair fewer. UE8M0 scales span
   // 2^-127 .. 2^127, which leaves no such headroom: MX operands keep both multiplies.
-  static constexpr bool kPrescaled = kA == OperandFormat::Nvfp4 && kB == OperandFormat::Nvfp4;
+  static constexpr bool kPrescaled = kPackedB && kA == OperandFormat::Nvfp4 && kB == OperandFormat::Nvfp4;
 
   static constexpr int kProducerRegisters = 40;
   static constexpr int kConsumerRegisters = 232;
@@ -210,6 +227,57 @@ __device__ __forceinline__ void load_a_fragments(const uint8_t* tile, const uint
   }
 }
 
+// The A fragments of one K tile in wgmma's own K order (bf16 B, which TMA delivers in order): k-step
+// s takes elements 16s + 2q + {0, 1} (pair 0) and 16s + 8 + 2q + {0, 1} (pair 1) of rows g and
+// g + 8. Each thread reads its rows whole (threads of a row read the same bytes: broadcasts).
+template <class Config>
+__device__ __forceinline__ void load_a_row_natural(const uint8_t* tile, const uint8_t* scales, int row, int q,
+                                                   const TileBlocks& blocks, uint32_t (&pairs)[8]) {
+  constexpr OperandFormat kFormat = Config::kFormatA;
+  constexpr int kGroup = block_size(kFormat);
+  const uint32_t codes = scale_word(scales, row);
+  constexpr int kWords = Config::kRowBytesA / 4;
+  uint32_t words[kWords];
+#pragma unroll
+  for (int i = 0; i < kWords / 4; ++i) {
+    const uint4 v = *reinterpret_cast<const uint4*>(tile + row * Config::kRowBytesA + 16 * i);
+    words[4 * i] = v.x, words[4 * i + 1] = v.y, words[4 * i + 2] = v.z, words[4 * i + 3] = v.w;
+  }
+#pragma unroll
+  for (int pair = 0; pair < 8; ++pair) {  // pair = 2s + h: elements 16s + 8h + 2q + {0, 1}
+    const int block = (8 * pair) / kGroup;
+    const Bf16x2 scale = scale_pair<kFormat, false>(codes, blocks.first_col + block, block < blocks.in_k);
+    Bf16x2 value;
+    if constexpr (kFormat == OperandFormat::Mxfp8) {
+      Bf16x2 two[2];  // bytes 8 * pair + 2q, + 1: half-word q % 2 of word 2 * pair + q / 2
+      const uint32_t word = q < 2 ? words[2 * pair] : words[2 * pair + 1];  // static indices: registers
+      dequant_e4m3x4<__nv_bfloat16>(word >> (16 * (q % 2)), two);
+      value = two[0];
+    } else {
+      const uint32_t n = nibble_pair(words[pair], 2 * q);  // byte q of word pair: nibbles 2q, 2q + 1
+      value = kFormat == OperandFormat::E0m3 ? decode_e0m3_pair<__nv_bfloat16>(n) : decode_e2m1_pair<__nv_bfloat16>(n);
+    }
+    pairs[pair] = bf16x2_bits(__hmul2(value, scale));
+  }
+}
+
+template <class Config>
+__device__ __forceinline__ void load_a_fragments_natural(const uint8_t* tile, const uint8_t* scales, int warp_row,
+                                                         int lane, const TileBlocks& blocks, uint32_t (&frag)[4][4]) {
+  const int q = lane % 4;
+  const int row0 = warp_row + lane / 4;
+  uint32_t top[8], bottom[8];
+  load_a_row_natural<Config>(tile, scales, row0, q, blocks, top);
+  load_a_row_natural<Config>(tile, scales, row0 + 8, q, blocks, bottom);
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    frag[s][0] = top[2 * s];
+    frag[s][1] = bottom[2 * s];
+    frag[s][2] = top[2 * s + 1];
+    frag[s][3] = bottom[2 * s + 1];
+  }
+}
+
 // Converts this thread's share of the packed B tile into the swizzled bf16 tile: row `row`,
 // chunks c = i * kThreadsPerRowB + sub. Chunk c holds pair P = c of each q = 0..3 (see the file
 // comment). Word indices stay compile-time constants (sub < kThreadsPerRowB never changes them),
@@ -308,8 +376,8 @@ __device__ __forceinline__ void issue_tile(uint32_t (&frag)[4][4], const uint8_t
 
 template <class Config>
 struct SharedStorage {
-  uint8_t* bf16_tiles;  // kBf16Tiles x kBf16TileBytes, 1024-byte aligned
-  uint8_t* stages;      // kStages x kStageBytes: A, B, SFA, SFB
+  uint8_t* region;  // kRegionBytes, 1024-byte aligned: rotating decoded B tiles and/or the epilogue staging
+  uint8_t* stages;  // kStages x kStageBytes
   uint64_t* full;
   uint64_t* empty;
 
@@ -317,16 +385,25 @@ struct SharedStorage {
     // Pointer arithmetic (not an integer round trip) keeps the pointers known to be shared memory,
     // so accesses compile to LDS/STS.
     uint8_t* base = raw + ((1024 - (smem_addr(raw) & 1023)) & 1023);
-    bf16_tiles = base;
-    stages = base + Config::kBf16Tiles * Config::kBf16TileBytes;
+    region = base;
+    stages = base + Config::kRegionBytes;
     full = reinterpret_cast<uint64_t*>(stages + Config::kStages * Config::kStageBytes);
     empty = full + Config::kStages;
   }
-  __device__ uint8_t* a(int s) const { return stages + s * Config::kStageBytes; }
-  __device__ uint8_t* b(int s) const { return a(s) + Config::kTileBytesA; }
-  __device__ uint8_t* sfa(int s) const { return b(s) + Config::kTileBytesB; }
+  __device__ uint8_t* stage(int s) const { return stages + s * Config::kStageBytes; }
+  // Packed B: A, B, SFA, SFB. Bf16 B: B's swizzled tile, A, SFA.
+  __device__ uint8_t* a(int s) const { return stage(s) + (Config::kPackedB ? 0 : Config::kBf16TileBytes); }
+  __device__ uint8_t* b(int s) const { return Config::kPackedB ? a(s) + Config::kTileBytesA : stage(s); }
+  __device__ uint8_t* sfa(int s) const {
+    return Config::kPackedB ? b(s) + Config::kTileBytesB : a(s) + Config::kTileBytesA;
+  }
   __device__ uint8_t* sfb(int s) const { return sfa(s) + Config::kScaleBytesA; }
-  __device__ uint8_t* bf16_tile(int64_t kt) const { return bf16_tiles + (kt % Config::kBf16Tiles) * Config::kBf16TileBytes; }
+  // The decoded bf16 B tile of ring position it (packed B).
+  __device__ uint8_t* bf16_tile(int64_t it) const {
+    constexpr int kTiles = Config::kBf16Tiles > 0 ? Config::kBf16Tiles : 1;
+    return region + (it % kTiles) * Config::kBf16TileBytes;
+  }
+  __device__ float* staging() const { return reinterpret_cast<float*>(region); }
 };
 
 // ---- work split ---------------------------------------------------------------------------------
@@ -376,18 +453,20 @@ __device__ __forceinline__ void produce(const SharedStorage<Config>& smem, const
     const int64_t row_tile_b = n0 / kSfTileRows;
     const int64_t rows_left = p.sf_row_tiles_b - row_tile_b;
     const int b_row_tiles = int(rows_left < Config::kBlockN / kSfTileRows ? rows_left : Config::kBlockN / kSfTileRows);
-    const uint32_t bytes =
-        Config::kTileBytesA + Config::kTileBytesB + Config::kScaleBytesA + b_row_tiles * kSfTileBytes;
+    const uint32_t bytes = Config::kPackedB ? Config::kTileBytesA + Config::kTileBytesB + Config::kScaleBytesA +
+                                                  b_row_tiles * kSfTileBytes
+                                            : Config::kBf16TileBytes + Config::kTileBytesA + Config::kScaleBytesA;
     for (int64_t kt = seg.k_begin; kt < seg.k_end; ++kt, ++it) {
       const int s = int(it % Config::kStages);
       mbar_wait(&smem.empty[s], uint32_t((it / Config::kStages) & 1) ^ 1);
       mbar_arrive_expect_tx(&smem.full[s], bytes);
       tma_load_2d(smem.a(s), map_a, &smem.full[s], int32_t(kt * Config::kRowBytesA), int32_t(m0));
-      tma_load_2d(smem.b(s), map_b, &smem.full[s], int32_t(kt * Config::kRowBytesB), int32_t(n0));
+      const int32_t b_column = int32_t(kt * (Config::kPackedB ? Config::kRowBytesB : Config::kBlockK * 2));
+      tma_load_2d(smem.b(s), map_b, &smem.full[s], b_column, int32_t(n0));
       const int64_t atom = kt / kTilesPerAtom;
       bulk_load(smem.sfa(s), p.sfa + (row_tile_a * p.sf_k_atoms + atom) * kSfTileBytes, kSfTileBytes,
                 &smem.full[s]);
-      for (int r = 0; r < b_row_tiles; ++r) {
+      for (int r = 0; Config::kPackedB && r < b_row_tiles; ++r) {
         bulk_load(smem.sfb(s) + r * kSfTileBytes, p.sfb + ((row_tile_b + r) * p.sf_k_atoms + atom) * kSfTileBytes,
                   kSfTileBytes, &smem.full[s]);
       }
@@ -405,7 +484,7 @@ template <class Config>
 __device__ __forceinline__ void store_tile(const SharedStorage<Config>& smem, const EngineParams& p,
                                            const float (&acc)[Config::kBlockN / 2], int64_t m0, int64_t n0,
                                            int consumer) {
-  float* staging = reinterpret_cast<float*>(smem.bf16_tiles);
+  float* staging = smem.staging();
   const int warpgroup = consumer / 128, warp_row = ((consumer % 128) / 32) * 16, lane = consumer % 32;
   const GemmEpilogue& e = p.epilogue;
   const float alpha = epilogue_alpha(e, 0);
@@ -478,16 +557,26 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
   // Waits for K tile kt (ring position it), decodes it (A into registers, B into its bf16 tile),
   // frees its stage, and meets the other consumer warpgroup so the whole bf16 tile is written
   // before any wgmma.
+  //
+  // With a bf16 B from TMA, only A is decoded; the stage is freed once the wgmma reading its B tile
+  // retired, and the warpgroups need not meet.
   const auto stage_in = [&](int64_t kt, int64_t it, uint32_t(&f)[4][4]) {
     const int s = int(it % Config::kStages);
     mbar_wait(&smem.full[s], uint32_t((it / Config::kStages) & 1));
     const TileBlocks blocks = tile_blocks<Config>(kt, p.nkb);
-    convert_b_row<Config>(smem.b(s), smem.sfb(s), smem.bf16_tile(it), b_row, b_sub, blocks);
-    load_a_fragments<Config>(smem.a(s), smem.sfa(s), warp_row, lane, blocks, f);
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&smem.empty[s]);
-    fence_async_shared();
-    named_barrier_sync(1, Config::kConsumerThreads);
+    if constexpr (Config::kPackedB) {
+      convert_b_row<Config>(smem.b(s), smem.sfb(s), smem.bf16_tile(it), b_row, b_sub, blocks);
+      load_a_fragments<Config>(smem.a(s), smem.sfa(s), warp_row, lane, blocks, f);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&smem.empty[s]);
+      fence_async_shared();
+      named_barrier_sync(1, Config::kConsumerThreads);
+    } else {
+      load_a_fragments_natural<Config>(smem.a(s), smem.sfa(s), warp_row, lane, blocks, f);
+    }
+  };
+  const auto b_tile = [&](int64_t it) -> const uint8_t* {
+    return Config::kPackedB ? smem.bf16_tile(it) : smem.b(int(it % Config::kStages));
   };
 
   const int64_t begin = first_unit(blockIdx.x, p), end = first_unit(blockIdx.x + 1, p);
@@ -504,10 +593,14 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
     // still be reading.)
     stage_in(seg.k_begin, it, frag[0]);
     for (int64_t kt = seg.k_begin; kt < seg.k_end; ++kt, ++it) {
-      issue_tile<Config>(frag[0], smem.bf16_tile(it), acc);
+      issue_tile<Config>(frag[0], b_tile(it), acc);
       if (kt + 1 < seg.k_end) stage_in(kt + 1, it + 1, frag[1]);
       wgmma_wait<0>();
       for (auto& f : frag[0]) pin_registers(f);  // alive until retired: tile kt + 1 cannot reuse them
+      if constexpr (!Config::kPackedB) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&smem.empty[it % Config::kStages]);
+      }
       // Hand tile kt + 1's fragments over with moves (no wgmma in flight now) rather than
       // unrolling the loop twice: one copy of the loop body fits the instruction cache.
       for (int s = 0; s < 4; ++s) {

@@ -28,8 +28,10 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 }
 
 // A rows x row_bytes uint8 matrix (row pitch row_bytes, a multiple of 16) read in boxes of
-// box_rows x box_bytes; reads past either edge return zeros.
-inline CUtensorMap byte_matrix_map(const void* base, int64_t rows, int64_t row_bytes, int box_bytes, int box_rows) {
+// box_rows x box_bytes; reads past either edge return zeros. With swizzle_128b, boxes of 128-byte
+// rows land in shared memory in the 128-byte swizzle wgmma reads (the box must start 1024-aligned).
+inline CUtensorMap byte_matrix_map(const void* base, int64_t rows, int64_t row_bytes, int box_bytes, int box_rows,
+                                   bool swizzle_128b = false) {
   CUtensorMap map;
   const cuuint64_t dims[2] = {cuuint64_t(row_bytes), cuuint64_t(rows)};
   const cuuint64_t strides[1] = {cuuint64_t(row_bytes)};
@@ -37,7 +39,8 @@ inline CUtensorMap byte_matrix_map(const void* base, int64_t rows, int64_t row_b
   const cuuint32_t element_strides[2] = {1, 1};
   const CUresult result = tensor_map_encoder()(
       &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, element_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle_128b ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (result != CUDA_SUCCESS) {
     throw std::runtime_error("fp4_gemm: cuTensorMapEncodeTiled failed with CUresult " + std::to_string(int(result)));
