@@ -79,7 +79,12 @@ WorkSplit work_split(const GemmProblem& p, int width) {
 // 0.70-0.75 against 0.62; 8192^3 0.83-0.90 against 0.70.
 constexpr int64_t kBf16BMinRowTiles = 24;
 
-bool bf16_b(const GemmProblem& p) { return tile_width(p) == 256 && ceil_div(p.m, 128) >= kBf16BMinRowTiles; }
+// The bf16 copy of B is transient scratch; past this size the packed path runs instead.
+constexpr int64_t kBf16BMaxBytes = int64_t(1) << 30;
+
+bool bf16_b(const GemmProblem& p) {
+  return tile_width(p) == 256 && ceil_div(p.m, 128) >= kBf16BMinRowTiles && p.n * p.k * 2 <= kBf16BMaxBytes;
+}
 
 // The scratch the op allocates for a launch (GemmBackend::scratch_bytes), 256-byte aligned parts:
 // stream-K flags, stream-K partial tiles, the bf16 B.
