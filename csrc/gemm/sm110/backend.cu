@@ -1,3 +1,11 @@
-// Blackwell CUTLASS block-scaled kernels for this arch section land here (issue 7). Until then
-// this section registers no GEMM backend, and GEMM ops on this arch run the reference.
-#include "csrc/gemm/backends.h"
+// Registers the sm_110a GEMM backend: the sm100 recipe's kernels compiled for Jetson Thor (the
+// section's gemm_*.cu) for every problem blackwell_supports() accepts.
+#include "csrc/gemm/blackwell_backend.h"
+
+namespace fp4_gemm {
+namespace {
+
+const GemmBackendRegistrar registrar(blackwell_backend<Sm100Kernel, GemmArch::Sm110>("sm110_cutlass"));
+
+}  // namespace
+}  // namespace fp4_gemm

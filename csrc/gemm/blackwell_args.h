@@ -1,0 +1,141 @@
+// Host-side decisions of the Blackwell backends (sm100 family: sm_100a and sm_110a; sm120: sm_120a),
+// kept free of CUTLASS so they read as plain rules: which problems the CUTLASS block-scaled kernels
+// serve, which tile configuration runs, and the batch geometry handed to CUTLASS's L mode.
+//
+// The kernels consume the package's buffers as they are: A [M, K] and B [N, K] row-major (K-major,
+// CUTLASS's RowMajor A / ColumnMajor B), D and the residual C [M, N] row-major, and the swizzled
+// scales, which ARE CUTLASS's Sm1xx SfAtom layout (docs/FORMATS.md; the recipes check the identity at
+// compile time).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "csrc/common/launch.cuh"
+#include "csrc/gemm/backends.h"
+#include "csrc/gemm/problem.h"
+
+namespace fp4_gemm {
+
+// Tile configurations, numbered as GemmProblem::variant (capabilities()["variant_names"]).
+//   Default:  sm100 1-SM 128 x 128 MMA tile; sm120 cooperative 128 x 128.
+//   Widen:    twice the rows per B tile: sm100 2-SM 256 x 128 MMA tile over a 2 x 1 cluster; sm120
+//             cooperative 256 x 128 (FP4 operands only: an MXFP8 stage of that tile leaves room for
+//             a single pipeline stage in sm_120a's shared memory).
+//   Pingpong: sm120 only: two consumer warpgroups alternating 128 x 128 tiles, one's epilogue
+//             overlapping the other's MMA.
+enum class BlackwellTile : int { Default = 0, Widen = 1, Pingpong = 2 };
+
+// Tiles compiled for an arch section and operand format.
+constexpr bool blackwell_tile_built(GemmArch arch, OperandFormat format, BlackwellTile tile) {
+  switch (tile) {
+    case BlackwellTile::Default:
+      return true;
+    case BlackwellTile::Widen:
+      return arch != GemmArch::Sm120 || format != OperandFormat::Mxfp8;
+    case BlackwellTile::Pingpong:
+      return arch == GemmArch::Sm120;
+  }
+  return false;
+}
+
+// Which kernel a message is about: "sm100 nvfp4 -> bf16, widen tile".
+struct BlackwellKernelId {
+  GemmArch arch;
+  OperandFormat format;
+  OutFormat out;
+  BlackwellTile tile;
+};
+
+inline std::string describe(const BlackwellKernelId& id) {
+  static constexpr const char* kFormats[] = {"mxfp8", "mxfp4", "nvfp4", "e0m3"};
+  static constexpr const char* kOuts[] = {"bf16", "fp16", "nvfp4", "nvfp4_from_fp16"};
+  static constexpr const char* kTiles[] = {"default", "widen", "pingpong"};
+  return "sm" + std::to_string(static_cast<int>(id.arch)) + " " + kFormats[static_cast<int>(id.format)] + " -> " +
+         kOuts[static_cast<int>(id.out)] + ", " + kTiles[static_cast<int>(id.tile)] + " tile";
+}
+
+// Rows of A from which the auto choice takes the wider tile: below it a 256-row tile would leave
+// many rows empty and halve the tile count. A shape rule, not a measured optimum
+// (no Blackwell GPU has run these kernels yet).
+constexpr int64_t kWidenMinRows = 512;
+
+// The tile that runs: the requested variant when this arch compiled it, else the auto choice
+// (an unbuilt or unknown variant falls back, it never fails).
+inline BlackwellTile choose_blackwell_tile(const GemmProblem& problem, GemmArch arch) {
+  const int variant = problem.variant;
+  if (variant >= 0 && variant <= static_cast<int>(BlackwellTile::Pingpong) &&
+      blackwell_tile_built(arch, problem.a.format, static_cast<BlackwellTile>(variant))) {
+    return static_cast<BlackwellTile>(variant);
+  }
+  const int64_t rows = problem.grouping == Grouping::Batched ? problem.group_rows : problem.m;
+  const bool widen = rows >= kWidenMinRows && blackwell_tile_built(arch, problem.a.format, BlackwellTile::Widen);
+  return widen ? BlackwellTile::Widen : BlackwellTile::Default;
+}
+
+// One problem in CUTLASS's (M, N, K, L) form: L independent M x N x K GEMMs whose operands, scales
+// and outputs are packed one after the other (CUTLASS's packed strides and scale layouts give the
+// L strides; supports() keeps the flattened scale buffers equal to them). The epilogue's per-batch
+// vectors need their own strides: 0 shares one alpha / bias across the batches.
+struct BlackwellBatch {
+  int64_t m, n, k, l;
+  int64_t alpha_stride;  // floats between the batches' device alphas
+  int64_t bias_stride;   // elements between the batches' bias rows
+};
+
+inline BlackwellBatch blackwell_batch(const GemmProblem& p) {
+  const bool batched = p.grouping == Grouping::Batched && p.groups > 1;
+  if (!batched) return {p.m, p.n, p.k, 1, 0, 0};
+  return {p.group_rows, p.n, p.k, p.groups, p.epilogue.alpha_count > 1 ? 1 : 0,
+          p.epilogue.bias_per_group ? p.n : 0};
+}
+
+// The Blackwell block-scaled MMA takes same-format operands in the three hardware formats.
+inline bool blackwell_format(OperandFormat format) {
+  return format == OperandFormat::Mxfp8 || format == OperandFormat::Mxfp4 || format == OperandFormat::Nvfp4;
+}
+
+// The 16-bit type the CUTLASS kernel writes: the output itself, or for an NVFP4-from-fp16 output
+// the fp16 stage that the package's quantizer then encodes (blackwell_backend.h).
+inline OutFormat blackwell_stage_format(OutFormat out) {
+  return out == OutFormat::Bf16 ? OutFormat::Bf16 : OutFormat::Fp16;
+}
+
+// Whether the CUTLASS block-scaled kernels compute `p` (the rules CUTLASS's can_implement and TMA
+// descriptors impose, plus what the epilogue tree implements). Host-side fields only.
+inline bool blackwell_supports(const GemmProblem& p) {
+  const GemmEpilogue& e = p.epilogue;
+  const bool formats = p.a.format == p.b.format && blackwell_format(p.a.format) && !p.b_interleaved;
+  // bf16/fp16, or NVFP4 of the fp16-rounded result (an fp16 stage, then the package's quantizer; a
+  // residual has no defined dtype there). Plain NVFP4 quantizes the float32 result, which no 16-bit
+  // stage reproduces, and CUTLASS's block-scale-factor epilogue uses approximate reciprocals
+  // (docs/FORMATS.md wants IEEE division): those stay with the reference. GeGLU pairs columns,
+  // which the per-element epilogue tree cannot.
+  const bool nvfp4_stage = e.out_format == OutFormat::Nvfp4FromFp16 && e.residual == nullptr &&
+                           e.out_scales != nullptr && p.n % 16 == 0;
+  const bool out = e.out_format == OutFormat::Bf16 || e.out_format == OutFormat::Fp16 || nvfp4_stage;
+  if (!formats || !out || e.activation == Activation::Geglu || p.m < 1 || p.n < 1 || p.k < 1) return false;
+  // Dense, or batched where every batch's scales start on a 128-row SfAtom tile (then the
+  // flattened buffers are CUTLASS's L-strided ones); masked and contiguous groups need the
+  // ptr-array kernels, not built.
+  const bool batched = p.grouping == Grouping::Batched && p.groups >= 1 && p.group_rows >= 1 &&
+                       p.group_rows * p.groups == p.m &&
+                       (p.groups == 1 || (p.group_rows % kSfTileRows == 0 && p.n % kSfTileRows == 0));
+  const bool grouping = p.grouping == Grouping::Dense ? p.groups == 1 : batched;
+  // TMA rows start on 16 bytes: K a multiple of 32 elements (16 bytes of E2M1; CUTLASS's FP4
+  // alignment) and of the block size, N a multiple of 8 (16 bytes of bf16/fp16 D and C).
+  // CUTLASS's problem shape is int.
+  const bool shape = p.k % 32 == 0 && p.n % 8 == 0 && p.m <= INT32_MAX && p.n <= INT32_MAX && p.k <= INT32_MAX;
+  // The epilogue reads the bias in the kernel's output type.
+  const FloatType stage_type =
+      blackwell_stage_format(e.out_format) == OutFormat::Fp16 ? FloatType::Fp16 : FloatType::Bf16;
+  const bool bias = e.bias == nullptr ||
+                    (e.bias_type == stage_type && (!e.bias_per_group || p.grouping == Grouping::Batched));
+  const bool alpha = e.alpha_count <= 1 || (p.grouping == Grouping::Batched && e.alpha_count == p.groups);
+  const bool aligned = is_aligned(p.a.values, 16) && is_aligned(p.b.values, 16) && is_aligned(p.a.scales, 16) &&
+                       is_aligned(p.b.scales, 16) && is_aligned(e.out, 16) && is_aligned(e.residual, 16) &&
+                       is_aligned(e.bias, 16);
+  return grouping && shape && bias && alpha && aligned;
+}
+
+}  // namespace fp4_gemm

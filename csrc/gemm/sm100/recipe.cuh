@@ -1,0 +1,114 @@
+// The sm100-family GEMM (sm_100a B200/GB200, and sm_110a Jetson Thor under the same Sm100 arch tag,
+// CUDA >= 13): CUTLASS's block-scaled tcgen05 kernel, written once from the collective builders.
+//
+//   D[l] = act(alpha * A[l] @ B[l]^T + bias + C[l])    A [M, K], B [N, K] (K-major), D/C [M, N] row-major
+//
+// Operands NVFP4 (nv_float4_t<e2m1>, UE4M3 per 16), MXFP4 (mx_float4_t<e2m1>, UE8M0 per 32) or MXFP8
+// (mx_float8_t<e4m3>, UE8M0 per 32), scales in the SfAtom layout; D bf16 or fp16; the epilogue is
+// blackwell_epilogue.cuh. Tiles: Default = 1-SM MMA 128 x 128, Widen = 2-SM MMA 256 x 128 on a 2 x 1
+// cluster; K per stage is 128 bytes of each operand row (256 FP4 or 128 FP8 elements).
+// Constraints: blackwell_supports(). Reference: reference.gemm_into.
+#pragma once
+
+// CUTLASS's sm100 kernels wait on the previous grid (griddepcontrol.wait) only with this defined,
+// which makes programmatic dependent launch safe for them. Its guard covers sm_100a and sm_120a,
+// not sm_110a, so sm_110a kernels launch without PDL.
+#define CUTLASS_ENABLE_GDC_FOR_SM100 1
+
+#include <type_traits>
+
+#include "csrc/gemm/blackwell_backend.h"
+#include "csrc/gemm/blackwell_epilogue.cuh"
+#include "csrc/gemm/blackwell_run.cuh"
+#include "cutlass/detail/sm100_blockscaled_layout.hpp"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+
+namespace fp4_gemm {
+
+// CUTLASS's element type and 1-SM / 2-SM kernel schedules of an operand format.
+template <OperandFormat Format>
+struct Sm100Operand;
+
+template <>
+struct Sm100Operand<OperandFormat::Nvfp4> {
+  using Element = cutlass::nv_float4_t<cutlass::float_e2m1_t>;
+  using Schedule1Sm = cutlass::gemm::KernelTmaWarpSpecialized1SmNvf4Sm100;
+  using Schedule2Sm = cutlass::gemm::KernelTmaWarpSpecialized2SmNvf4Sm100;
+};
+
+template <>
+struct Sm100Operand<OperandFormat::Mxfp4> {
+  using Element = cutlass::mx_float4_t<cutlass::float_e2m1_t>;
+  using Schedule1Sm = cutlass::gemm::KernelTmaWarpSpecialized1SmMxf4Sm100;
+  using Schedule2Sm = cutlass::gemm::KernelTmaWarpSpecialized2SmMxf4Sm100;
+};
+
+template <>
+struct Sm100Operand<OperandFormat::Mxfp8> {
+  using Element = cutlass::mx_float8_t<cutlass::float_e4m3_t>;
+  using Schedule1Sm = cutlass::gemm::KernelTmaWarpSpecialized1SmMxf8f6f4Sm100;
+  using Schedule2Sm = cutlass::gemm::KernelTmaWarpSpecialized2SmMxf8f6f4Sm100;
+};
+
+template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile>
+struct Sm100Recipe {
+  static_assert(Tile == BlackwellTile::Default || Tile == BlackwellTile::Widen, "sm100 builds default and widen tiles");
+  static constexpr bool kTwoSm = Tile == BlackwellTile::Widen;
+  using Operand = Sm100Operand<Format>;
+  using ElementD = BlackwellOutElement<Out>;
+  static constexpr int kAlignmentAB = 128 / cutlass::sizeof_bits<typename Operand::Element::DataType>::value;
+  static constexpr int kAlignmentD = 128 / cutlass::sizeof_bits<ElementD>::value;
+  using TileK = cute::Int<128 * 8 / cutlass::sizeof_bits<typename Operand::Element::DataType>::value>;
+  using MmaTileShape = cute::Shape<cute::Int<kTwoSm ? 256 : 128>, cute::_128, TileK>;
+  using CtaTileShape = cute::Shape<cute::_128, cute::_128, TileK>;  // each SM's half of a 2-SM tile
+  using ClusterShape = cute::Shape<cute::Int<kTwoSm ? 2 : 1>, cute::_1, cute::_1>;
+  using EpilogueSchedule = std::conditional_t<kTwoSm, cutlass::epilogue::TmaWarpSpecialized2Sm,
+                                              cutlass::epilogue::TmaWarpSpecialized1Sm>;
+  using MainloopSchedule = std::conditional_t<kTwoSm, typename Operand::Schedule2Sm, typename Operand::Schedule1Sm>;
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm100, cutlass::arch::OpClassBlockScaledTensorOp, MmaTileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementD, cutlass::layout::RowMajor, kAlignmentD,
+      ElementD, cutlass::layout::RowMajor, kAlignmentD, EpilogueSchedule,
+      BlackwellEpilogue<Arch, CtaTileShape, ElementD>>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm100, cutlass::arch::OpClassBlockScaledTensorOp, typename Operand::Element,
+      cutlass::layout::RowMajor, kAlignmentAB, typename Operand::Element, cutlass::layout::ColumnMajor, kAlignmentAB,
+      float, MmaTileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      MainloopSchedule>::CollectiveOp;
+
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<cutlass::gemm::kernel::GemmUniversal<
+      cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, void>>;
+};
+
+template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile>
+void Sm100Kernel<Arch, Format, Out, Tile>::run(const GemmProblem& problem, cudaStream_t stream) {
+  using Recipe = Sm100Recipe<Arch, Format, Out, Tile>;
+  static_assert(scale_layout_is_sf_offset<typename Recipe::CollectiveMainloop::Sm1xxBlkScaledConfig>(),
+                "CUTLASS's scale-factor layout differs from sf_offset");
+  run_blackwell_gemm<typename Recipe::Gemm, typename Recipe::ElementD>(problem, stream, {Arch, Format, Out, Tile},
+                                                                       Arch != GemmArch::Sm110);
+}
+
+template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile>
+int64_t Sm100Kernel<Arch, Format, Out, Tile>::scratch_bytes(const GemmProblem& problem) {
+  using Recipe = Sm100Recipe<Arch, Format, Out, Tile>;
+  return blackwell_workspace_bytes<typename Recipe::Gemm, typename Recipe::ElementD>(problem);
+}
+
+}  // namespace fp4_gemm
+
+// The kernels of one operand format for one arch of the family (a gemm_<format>.cu per format, so
+// the units compile in parallel).
+#define FP4_GEMM_SM100_KERNELS(ARCH, FORMAT)                                                                   \
+  template struct fp4_gemm::Sm100Kernel<ARCH, FORMAT, fp4_gemm::OutFormat::Bf16, fp4_gemm::BlackwellTile::Default>; \
+  template struct fp4_gemm::Sm100Kernel<ARCH, FORMAT, fp4_gemm::OutFormat::Fp16, fp4_gemm::BlackwellTile::Default>; \
+  template struct fp4_gemm::Sm100Kernel<ARCH, FORMAT, fp4_gemm::OutFormat::Bf16, fp4_gemm::BlackwellTile::Widen>;   \
+  template struct fp4_gemm::Sm100Kernel<ARCH, FORMAT, fp4_gemm::OutFormat::Fp16, fp4_gemm::BlackwellTile::Widen>;

@@ -1,0 +1,105 @@
+// The sm120 GEMM (sm_120a: RTX 5090, RTX PRO 6000): CUTLASS's block-scaled warp-level MMA kernel
+// (arch::Sm120, cluster 1 x 1 x 1), written once from the collective builders.
+//
+//   D[l] = act(alpha * A[l] @ B[l]^T + bias + C[l])    A [M, K], B [N, K] (K-major), D/C [M, N] row-major
+//
+// Operands NVFP4 (nv_float4_t<e2m1>, UE4M3 per 16), MXFP4 (mx_float4_t<e2m1>, UE8M0 per 32) or MXFP8
+// (mx_float8_t<e4m3>, UE8M0 per 32), scales in the SfAtom layout; D bf16 or fp16; the epilogue is
+// blackwell_epilogue.cuh. Tiles (128 K elements per stage, the shapes CUTLASS documents for these
+// schedules): Default = cooperative 128 x 128, Widen = cooperative 256 x 128, Pingpong = two
+// consumer warpgroups on alternating 128 x 128 tiles. Constraints: blackwell_supports(). Reference:
+// reference.gemm_into.
+#pragma once
+
+// CUTLASS's kernels wait on the previous grid (griddepcontrol.wait) only with this defined (its
+// guard covers sm_120a), which makes programmatic dependent launch safe for them.
+#define CUTLASS_ENABLE_GDC_FOR_SM100 1
+
+#include "csrc/gemm/blackwell_backend.h"
+#include "csrc/gemm/blackwell_epilogue.cuh"
+#include "csrc/gemm/blackwell_run.cuh"
+#include "cutlass/detail/sm100_blockscaled_layout.hpp"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+
+namespace fp4_gemm {
+
+// CUTLASS's element type and cooperative / pingpong kernel schedules of an operand format.
+template <OperandFormat Format>
+struct Sm120Operand;
+
+template <>
+struct Sm120Operand<OperandFormat::Nvfp4> {
+  using Element = cutlass::nv_float4_t<cutlass::float_e2m1_t>;
+  using Cooperative = cutlass::gemm::KernelTmaWarpSpecializedNvf4Sm120;
+  using Pingpong = cutlass::gemm::KernelTmaWarpSpecializedPingpongNvf4Sm120;
+};
+
+template <>
+struct Sm120Operand<OperandFormat::Mxfp4> {
+  using Element = cutlass::mx_float4_t<cutlass::float_e2m1_t>;
+  using Cooperative = cutlass::gemm::KernelTmaWarpSpecializedMxf4Sm120;
+  using Pingpong = cutlass::gemm::KernelTmaWarpSpecializedPingpongMxf4Sm120;
+};
+
+template <>
+struct Sm120Operand<OperandFormat::Mxfp8> {
+  using Element = cutlass::mx_float8_t<cutlass::float_e4m3_t>;
+  using Cooperative = cutlass::gemm::KernelTmaWarpSpecializedMxf8f6f4Sm120;
+  using Pingpong = cutlass::gemm::KernelTmaWarpSpecializedPingpongMxf8f6f4Sm120;
+};
+
+template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile>
+struct Sm120Recipe {
+  using Operand = Sm120Operand<Format>;
+  using ElementD = BlackwellOutElement<Out>;
+  static constexpr int kAlignmentAB = 128 / cutlass::sizeof_bits<typename Operand::Element::DataType>::value;
+  static constexpr int kAlignmentD = 128 / cutlass::sizeof_bits<ElementD>::value;
+  using TileShape = cute::Shape<cute::Int<Tile == BlackwellTile::Widen ? 256 : 128>, cute::_128, cute::_128>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
+  using MainloopSchedule = std::conditional_t<Tile == BlackwellTile::Pingpong, typename Operand::Pingpong,
+                                              typename Operand::Cooperative>;
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm120, cutlass::arch::OpClassBlockScaledTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementD, cutlass::layout::RowMajor, kAlignmentD,
+      ElementD, cutlass::layout::RowMajor, kAlignmentD, cutlass::epilogue::collective::EpilogueScheduleAuto,
+      BlackwellEpilogue<Arch, TileShape, ElementD>>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm120, cutlass::arch::OpClassBlockScaledTensorOp, typename Operand::Element,
+      cutlass::layout::RowMajor, kAlignmentAB, typename Operand::Element, cutlass::layout::ColumnMajor, kAlignmentAB,
+      float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      MainloopSchedule>::CollectiveOp;
+
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<cutlass::gemm::kernel::GemmUniversal<
+      cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, void>>;
+};
+
+template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile>
+void Sm120Kernel<Arch, Format, Out, Tile>::run(const GemmProblem& problem, cudaStream_t stream) {
+  using Recipe = Sm120Recipe<Arch, Format, Out, Tile>;
+  static_assert(scale_layout_is_sf_offset<typename Recipe::CollectiveMainloop::Sm1xxBlkScaledConfig>(),
+                "CUTLASS's scale-factor layout differs from sf_offset");
+  run_blackwell_gemm<typename Recipe::Gemm, typename Recipe::ElementD>(problem, stream, {Arch, Format, Out, Tile},
+                                                                       true);
+}
+
+template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile>
+int64_t Sm120Kernel<Arch, Format, Out, Tile>::scratch_bytes(const GemmProblem& problem) {
+  using Recipe = Sm120Recipe<Arch, Format, Out, Tile>;
+  return blackwell_workspace_bytes<typename Recipe::Gemm, typename Recipe::ElementD>(problem);
+}
+
+}  // namespace fp4_gemm
+
+// The kernels of one operand format: every built tile (blackwell_tile_built), bf16 and fp16 output
+// (a gemm_<format>.cu per format, so the units compile in parallel).
+#define FP4_GEMM_SM120_KERNEL(FORMAT, TILE)                                                                   \
+  template struct fp4_gemm::Sm120Kernel<fp4_gemm::GemmArch::Sm120, FORMAT, fp4_gemm::OutFormat::Bf16, TILE>; \
+  template struct fp4_gemm::Sm120Kernel<fp4_gemm::GemmArch::Sm120, FORMAT, fp4_gemm::OutFormat::Fp16, TILE>;

@@ -1,0 +1,279 @@
+"""The Blackwell backends (csrc/gemm/sm100, sm110, sm120), verified without a Blackwell GPU.
+
+No GPU here runs sm_100a, sm_110a or sm_120a code, so these tests check what can be checked:
+- the machine code: the built library holds, for every arch and operand format, the CUTLASS
+  kernels of the instantiation table, and each one issues the block-scaled MMA of its format
+  (disassembled with cuobjdump + nvdisasm from the PyPI packages of requirements.txt);
+- the host-side rules: which problems each arch's backend serves (ops.gemm_backend asks the same
+  supports() predicate dispatch uses), and the scale layout the kernels are handed.
+Whether the kernels compute the right numbers is for a Blackwell GPU: capabilities() says
+"native (compile-verified)" for these archs until one has run them."""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import variant_dir, variant_metadata
+
+BLACKWELL = {100: "10.0a", 110: "11.0a", 120: "12.0a"}
+FORMATS = ("mxfp8", "mxfp4", "nvfp4")
+BACKENDS = {cc: f"sm{cc}_cutlass" for cc in BLACKWELL}
+
+
+def built(cc: int) -> bool:
+    return BLACKWELL[cc] in variant_metadata()["backend"]["archs"]
+
+
+def require_built(cc: int) -> None:
+    if not built(cc):
+        pytest.skip(f"this build has no {BLACKWELL[cc]} code (built with --archs)")
+
+
+# ---- the instantiation table (csrc/gemm/blackwell_args.h: blackwell_tile_built) -------------------
+
+TILES = ("default", "widen", "pingpong")
+
+
+def tile_built(cc: int, fmt: str, tile: str) -> bool:
+    """Mirror of blackwell_tile_built: sm120 alone has pingpong, and no MXFP8 widen tile (one
+    pipeline stage would fit its shared memory)."""
+    if tile == "pingpong":
+        return cc == 120
+    if tile == "widen":
+        return cc != 120 or fmt != "mxfp8"
+    return True
+
+
+def kernel_count(cc: int, fmt: str) -> int:
+    """One kernel per built tile and output type (bf16, fp16)."""
+    return 2 * sum(tile_built(cc, fmt, tile) for tile in TILES)
+
+
+def test_instantiation_table_counts():
+    assert [kernel_count(cc, f) for cc in BLACKWELL for f in FORMATS] == [4, 4, 4, 4, 4, 4, 4, 6, 6]
+
+
+# ---- machine code -----------------------------------------------------------------------------
+
+
+def nvidia_tool(name: str) -> str | None:
+    """A CUDA binary tool: on PATH, or from the nvidia-cuda-* wheels (site-packages/nvidia/cu13/bin)."""
+    found = shutil.which(name)
+    if found:
+        return found
+    for site in (Path(p) for p in sys.path if p.endswith("site-packages")):
+        candidate = site / "nvidia" / "cu13" / "bin" / name
+        if candidate.is_file():
+            return str(candidate)
+    return None
+
+
+@functools.cache
+def disassembly_env() -> dict[str, str]:
+    """Environment for cuobjdump --dump-sass, which runs nvdisasm (found through NVDISASM_PATH)."""
+    cuobjdump, nvdisasm = nvidia_tool("cuobjdump"), nvidia_tool("nvdisasm")
+    if cuobjdump is None or nvdisasm is None:
+        pytest.skip("cuobjdump/nvdisasm not found: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm")
+    env = dict(os.environ, NVDISASM_PATH=nvdisasm)
+    env["PATH"] = os.pathsep.join([str(Path(nvdisasm).parent), env.get("PATH", "")])
+    return env | {"CUOBJDUMP": cuobjdump}
+
+
+def library() -> Path:
+    return variant_dir() / f"{variant_metadata()['id']}.abi3.so"
+
+
+# A kernel of these backends: its epilogue's activation functor carries the arch section.
+OUR_KERNEL = re.compile(r"BlackwellActivationILN\w*?8GemmArchE(\d+)EE")
+# Element and scale types, as they first appear (length-prefixed) in a mangled CUTLASS name.
+FORMAT_TYPES = {
+    "nvfp4": ("12float_e2m1_t", "13float_ue4m3_t"),
+    "mxfp4": ("12float_e2m1_t", "13float_ue8m0_t"),
+    "mxfp8": ("12float_e4m3_t", "13float_ue8m0_t"),
+}
+
+
+def kernel_format(name: str) -> str:
+    (fmt,) = [f for f, types in FORMAT_TYPES.items() if all(t in name for t in types)]
+    return fmt
+
+
+@functools.cache
+def blackwell_kernels(cc: int) -> dict[str, tuple[str, str]]:
+    """Mangled name -> (operand format, SASS) of every kernel of these backends in the arch's cubin."""
+    env = disassembly_env()
+    command = [env["CUOBJDUMP"], "--dump-sass", "--gpu-architecture", f"sm_{cc}a", str(library())]
+    sass = subprocess.run(command, capture_output=True, text=True, check=True, env=env).stdout
+    kernels = {}
+    for chunk in re.split(r"\n\s*Function : ", sass)[1:]:
+        name, _, body = chunk.partition("\n")
+        name = name.strip()
+        tag = OUR_KERNEL.search(name)
+        if tag:
+            assert int(tag.group(1)) == cc, f"sm_{cc}a holds the sm{tag.group(1)} section's kernel {name[:120]}"
+            kernels[name] = (kernel_format(name), body)
+    return kernels
+
+
+# The block-scaled MMA of each (arch family, format), as nvdisasm spells it. sm_100a/sm_110a: the
+# tcgen05 UTC*MMA with the A and B scale factors in tensor memory (the operands after the accumulator
+# and after the instruction descriptor; .2CTA for the widen tile); 4X is the 16-element NVFP4 scale
+# vector, QMMA the 8-bit kind. sm_120a: warp-level MMA with scale factors (.SF), E8 = UE8M0 scales.
+SCALED_MMA = {
+    (100, "nvfp4"): r"UTCOMMA(\.2CTA)?\.4X gdesc\[\w+\], gdesc\[\w+\], tmem\[\w+\], tmem\[\w+\], idesc\[\w+\], tmem\[",
+    (100, "mxfp4"): r"UTCOMMA(\.2CTA)? gdesc\[\w+\], gdesc\[\w+\], tmem\[\w+\], tmem\[\w+\], idesc\[\w+\], tmem\[",
+    (100, "mxfp8"): r"UTCQMMA(\.2CTA)? gdesc\[\w+\], gdesc\[\w+\], tmem\[\w+\], tmem\[\w+\], idesc\[\w+\], tmem\[",
+    (120, "nvfp4"): r"OMMA\.SF\.16864\.F32\.E2M1\.E2M1\.UE4M3\.4X ",
+    (120, "mxfp4"): r"OMMA\.SF\.16864\.F32\.E2M1\.E2M1\.E8 ",
+    (120, "mxfp8"): r"QMMA\.SF\.16832\.F32\.E4M3\.E4M3\.E8 ",
+}
+
+
+def scaled_mma(cc: int, fmt: str) -> re.Pattern:
+    return re.compile(SCALED_MMA[(120 if cc == 120 else 100, fmt)])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("cc", BLACKWELL)
+def test_library_has_each_blackwell_kernel_of_the_table(cc, fmt):
+    require_built(cc)
+    formats = [f for f, _ in blackwell_kernels(cc).values()]
+    assert formats.count(fmt) == kernel_count(cc, fmt), f"sm_{cc}a {fmt}: {formats.count(fmt)} kernels"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("cc", BLACKWELL)
+def test_each_blackwell_kernel_issues_the_block_scaled_mma_of_its_format(cc, fmt):
+    require_built(cc)
+    pattern = scaled_mma(cc, fmt)
+    kernels = {name: sass for name, (f, sass) in blackwell_kernels(cc).items() if f == fmt}
+    assert kernels, f"no sm_{cc}a {fmt} kernel"
+    for name, sass in kernels.items():
+        assert pattern.search(sass), f"sm_{cc}a {fmt}: no {pattern.pattern!r} in {name[:160]}"
+
+
+def test_sm100_and_sm110_kernels_are_distinct_symbols():
+    """The same recipe compiles for sm_100a and sm_110a in two units; distinct kernel types keep each
+    section's launches on its own cubin (identical ones would share one host stub)."""
+    require_built(100)
+    require_built(110)
+    assert blackwell_kernels(100).keys().isdisjoint(blackwell_kernels(110).keys())
+
+
+# ---- which problems the backends serve (host-side: ops.gemm_backend asks supports()) ------------
+
+
+def backend(fp4, cc, a_format="nvfp4", b_format=None, m=256, n=4096, k=4096, **kind) -> str:
+    kind = {"b_interleaved": False, "grouping": "dense", "activation": "none", "out_format": "bf16"} | kind
+    return fp4._ops.ops.gemm_backend(
+        cc, a_format, b_format or a_format, kind["b_interleaved"], kind["grouping"], kind["activation"],
+        kind["out_format"], kind.get("schedule", "auto"), m, n, k,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("out_format", ["bf16", "fp16"])
+@pytest.mark.parametrize("activation", ["none", "gelu", "relu2"])
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("cc", BLACKWELL)
+def test_backend_serves_dense_gemms_of_every_format_and_epilogue(fp4, cc, fmt, activation, out_format):
+    require_built(cc)
+    assert backend(fp4, cc, fmt, activation=activation, out_format=out_format) == BACKENDS[cc]
+
+
+@pytest.mark.parametrize("schedule", ["auto", "streamk", "m256", "mrows", "skinny"])
+@pytest.mark.parametrize("cc", BLACKWELL)
+def test_backend_serves_every_schedule_of_row_major_weights(fp4, cc, schedule):
+    """A schedule picks how a GEMM runs, never what it computes: the tile kernels serve them all."""
+    require_built(cc)
+    assert backend(fp4, cc, m=512, schedule=schedule) == BACKENDS[cc]
+
+
+@pytest.mark.parametrize("activation", ["none", "gelu", "relu2"])
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("cc", BLACKWELL)
+def test_backend_serves_nvfp4_of_the_fp16_result(fp4, cc, fmt, activation):
+    """An fp16 stage, then the package's NVFP4 quantizer: the reference's own recipe."""
+    require_built(cc)
+    assert backend(fp4, cc, fmt, activation=activation, out_format="nvfp4_from_fp16") == BACKENDS[cc]
+    assert backend(fp4, cc, fmt, n=4104, activation=activation, out_format="nvfp4_from_fp16") != BACKENDS[cc]
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        {"out_format": "nvfp4"},  # quantizes the float32 result: no 16-bit stage reproduces it
+        {"activation": "geglu", "out_format": "nvfp4_from_fp16"},  # pairs columns: not per element
+        {"activation": "geglu"},
+        {"grouping": "masked"},  # ptr-array grouped kernels: not built
+        {"grouping": "contiguous"},
+        {"b_interleaved": True, "schedule": "gemv", "m": 1},  # the streaming weight layout
+        {"a_format": "nvfp4", "b_format": "e0m3", "out_format": "fp16"},  # no E0M3 MMA
+        {"a_format": "mxfp8", "b_format": "mxfp4"},  # mixed operand formats
+    ],
+)
+@pytest.mark.parametrize("cc", BLACKWELL)
+def test_backend_leaves_other_kinds_to_other_backends(fp4, cc, kind):
+    require_built(cc)
+    assert backend(fp4, cc, **kind) != BACKENDS[cc]
+
+
+@pytest.mark.parametrize("cc", BLACKWELL)
+def test_backend_needs_16_byte_tma_rows(fp4, cc):
+    require_built(cc)
+    assert backend(fp4, cc, k=48) != BACKENDS[cc]  # 24-byte NVFP4 rows of A and B
+    assert backend(fp4, cc, k=32) == BACKENDS[cc]
+    assert backend(fp4, cc, n=12) != BACKENDS[cc]  # 24-byte bf16 rows of D
+    assert backend(fp4, cc, n=8) == BACKENDS[cc]
+
+
+@pytest.mark.parametrize("cc", BLACKWELL)
+def test_backend_serves_every_m_above_the_skinny_tier(fp4, cc):
+    """M <= 16 goes to the skinny kernels first (lower priority number) where they serve it."""
+    require_built(cc)
+    assert [backend(fp4, cc, m=m) for m in (17, 128, 129, 100_000)] == [BACKENDS[cc]] * 4
+    assert backend(fp4, cc, m=1) != ""
+
+
+@pytest.mark.parametrize("cc", BLACKWELL)
+def test_backends_run_only_on_their_own_arch(fp4, cc):
+    require_built(cc)
+    assert backend(fp4, 90) != BACKENDS[cc]
+    assert all(backend(fp4, other) != BACKENDS[cc] for other in BLACKWELL if other != cc)
+
+
+@pytest.mark.parametrize("function", ["dense_gemm", "nvfp4_gemm_bf16", "nvfp4_gemm_bias_residual_fp16"])
+@pytest.mark.parametrize("cc", BLACKWELL)
+def test_capabilities_call_the_served_functions_compile_verified(fp4, cc, function):
+    require_built(cc)
+    assert fp4.capabilities()["functions"][function][f"sm_{cc}"] == "native (compile-verified)"
+
+
+# ---- the scale layout handed to CUTLASS --------------------------------------------------------
+
+
+def cutlass_sf_offset(m: int, kb: int, batch: int, rows: int, nkb: int) -> int:
+    """CUTLASS's Sm1xxBlkScaledConfig::tile_atom_to_shape_SFA in plain Python: the SfAtom
+    ((32, 4), 4) : ((16, 4), 1) tiled over (rows, K blocks, L), K tiles fastest, then row tiles,
+    then batches, every extent padded up to whole atoms."""
+    row_tiles, k_tiles = -(-rows // 128), -(-nkb // 4)
+    atom = (m % 32) * 16 + (m % 128) // 32 * 4 + kb % 4
+    return atom + 512 * (kb // 4 + k_tiles * (m // 128 + row_tiles * batch))
+
+
+@pytest.mark.parametrize("rows, nkb", [(256, 10), (384, 4), (128, 7)])
+def test_cutlass_scale_layout_is_the_flattened_swizzled_buffer(ref, rows, nkb):
+    """Batches of 128-row multiples (what blackwell_supports() requires of batched GEMMs) make
+    CUTLASS's L-strided scales the swizzled buffer of all batches' rows (the C++ recipes check the
+    same identity at compile time against CUTLASS's own layout)."""
+    for batch in range(2):
+        for m in range(rows):
+            for kb in range(nkb):
+                expected = ref.sf_offset(batch * rows + m, kb, nkb)
+                assert cutlass_sf_offset(m, kb, batch, rows, nkb) == expected, f"{m=} {kb=} {batch=}"
