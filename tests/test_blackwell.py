@@ -52,12 +52,12 @@ def tile_built(cc: int, fmt: str, tile: str) -> bool:
 
 
 def kernel_count(cc: int, fmt: str) -> int:
-    """One kernel per built tile and output type (bf16, fp16)."""
-    return 2 * sum(tile_built(cc, fmt, tile) for tile in TILES)
+    """Per output type (bf16, fp16): one kernel per built tile, plus the grouped (masked) kernel."""
+    return 2 * (sum(tile_built(cc, fmt, tile) for tile in TILES) + 1)
 
 
 def test_instantiation_table_counts():
-    assert [kernel_count(cc, f) for cc in BLACKWELL for f in FORMATS] == [4, 4, 4, 4, 4, 4, 4, 6, 6]
+    assert [kernel_count(cc, f) for cc in BLACKWELL for f in FORMATS] == [6, 6, 6, 6, 6, 6, 6, 8, 8]
 
 
 # ---- machine code -----------------------------------------------------------------------------
@@ -106,15 +106,23 @@ def kernel_format(name: str) -> str:
 
 
 @functools.cache
-def blackwell_kernels(cc: int) -> dict[str, tuple[str, str]]:
-    """Mangled name -> (operand format, SASS) of every kernel of these backends in the arch's cubin."""
+def all_kernels(cc: int) -> dict[str, str]:
+    """Mangled name -> SASS of every kernel in the arch's cubins."""
     env = disassembly_env()
     command = [env["CUOBJDUMP"], "--dump-sass", "--gpu-architecture", f"sm_{cc}a", str(library())]
     sass = subprocess.run(command, capture_output=True, text=True, check=True, env=env).stdout
     kernels = {}
     for chunk in re.split(r"\n\s*Function : ", sass)[1:]:
         name, _, body = chunk.partition("\n")
-        name = name.strip()
+        kernels[name.strip()] = body
+    return kernels
+
+
+@functools.cache
+def blackwell_kernels(cc: int) -> dict[str, tuple[str, str]]:
+    """Mangled name -> (operand format, SASS) of every GEMM kernel of these backends in the arch's cubin."""
+    kernels = {}
+    for name, body in all_kernels(cc).items():
         tag = OUR_KERNEL.search(name)
         if tag:
             assert int(tag.group(1)) == cc, f"sm_{cc}a holds the sm{tag.group(1)} section's kernel {name[:120]}"
@@ -159,12 +167,25 @@ def test_each_blackwell_kernel_issues_the_block_scaled_mma_of_its_format(cc, fmt
         assert pattern.search(sass), f"sm_{cc}a {fmt}: no {pattern.pattern!r} in {name[:160]}"
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("cc", BLACKWELL)
+def test_library_has_the_grouped_kernels_and_their_argument_kernel(cc, fmt):
+    """Masked groups run CUTLASS's ptr-array kernel (one per output type) after a small kernel that
+    builds its per-group arguments on the device."""
+    require_built(cc)
+    grouped = [name for name, (f, _) in blackwell_kernels(cc).items() if f == fmt and "GroupProblemShape" in name]
+    assert len(grouped) == 2, f"sm_{cc}a {fmt}: {len(grouped)} grouped kernels"
+    assert any(f"masked_group_argumentsILNS_8GemmArchE{cc}E" in name for name in all_kernels(cc))
+
+
 def test_sm100_and_sm110_kernels_are_distinct_symbols():
     """The same recipe compiles for sm_100a and sm_110a in two units; distinct kernel types keep each
     section's launches on its own cubin (identical ones would share one host stub)."""
     require_built(100)
     require_built(110)
     assert blackwell_kernels(100).keys().isdisjoint(blackwell_kernels(110).keys())
+    argument_kernels = [{n for n in all_kernels(cc) if "masked_group_arguments" in n} for cc in (100, 110)]
+    assert argument_kernels[0] and argument_kernels[0].isdisjoint(argument_kernels[1])
 
 
 # ---- which problems the backends serve (host-side: ops.gemm_backend asks supports()) ------------
@@ -211,8 +232,7 @@ def test_backend_serves_nvfp4_of_the_fp16_result(fp4, cc, fmt, activation):
         {"out_format": "nvfp4"},  # quantizes the float32 result: no 16-bit stage reproduces it
         {"activation": "geglu", "out_format": "nvfp4_from_fp16"},  # pairs columns: not per element
         {"activation": "geglu"},
-        {"grouping": "masked"},  # ptr-array grouped kernels: not built
-        {"grouping": "contiguous"},
+        {"grouping": "contiguous"},  # an expert id per row: no kernel built
         {"b_interleaved": True, "schedule": "gemv", "m": 1},  # the streaming weight layout
         {"a_format": "nvfp4", "b_format": "e0m3", "out_format": "fp16"},  # no E0M3 MMA
         {"a_format": "mxfp8", "b_format": "mxfp4"},  # mixed operand formats

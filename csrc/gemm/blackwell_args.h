@@ -1,6 +1,7 @@
 // Host-side decisions of the Blackwell backends (sm100 family: sm_100a and sm_110a; sm120: sm_120a),
 // kept free of CUTLASS so they read as plain rules: which problems the CUTLASS block-scaled kernels
-// serve, which tile configuration runs, and the batch geometry handed to CUTLASS's L mode.
+// serve, which tile configuration runs, and the batch geometry handed to CUTLASS's L mode (masked
+// groups: blackwell_grouped.cuh).
 //
 // The kernels consume the package's buffers as they are: A [M, K] and B [N, K] row-major (K-major,
 // CUTLASS's RowMajor A / ColumnMajor B), D and the residual C [M, N] row-major, and the swizzled
@@ -61,8 +62,10 @@ inline std::string describe(const BlackwellKernelId& id) {
 constexpr int64_t kWidenMinRows = 512;
 
 // The tile that runs: the requested variant when this arch compiled it, else the auto choice
-// (an unbuilt or unknown variant falls back, it never fails).
+// (an unbuilt or unknown variant falls back, it never fails). Masked groups have the default tile's
+// grouped kernel only.
 inline BlackwellTile choose_blackwell_tile(const GemmProblem& problem, GemmArch arch) {
+  if (problem.grouping == Grouping::Masked) return BlackwellTile::Default;
   const int variant = problem.variant;
   if (variant >= 0 && variant <= static_cast<int>(BlackwellTile::Pingpong) &&
       blackwell_tile_built(arch, problem.a.format, static_cast<BlackwellTile>(variant))) {
@@ -109,19 +112,34 @@ inline bool blackwell_supports(const GemmProblem& p) {
   // bf16/fp16, or NVFP4 of the fp16-rounded result (an fp16 stage, then the package's quantizer; a
   // residual has no defined dtype there). Plain NVFP4 quantizes the float32 result, which no 16-bit
   // stage reproduces, and CUTLASS's block-scale-factor epilogue uses approximate reciprocals
-  // (docs/FORMATS.md wants IEEE division): those stay with the reference. GeGLU pairs columns,
-  // which the per-element epilogue tree cannot.
+  // (docs/FORMATS.md wants IEEE division): those stay with the reference, as do masked NVFP4
+  // outputs (the quantizer would write rows a group does not own). GeGLU pairs columns, which the
+  // per-element epilogue tree cannot.
   const bool nvfp4_stage = e.out_format == OutFormat::Nvfp4FromFp16 && e.residual == nullptr &&
-                           e.out_scales != nullptr && p.n % 16 == 0;
+                           e.out_scales != nullptr && p.n % 16 == 0 && p.grouping != Grouping::Masked;
   const bool out = e.out_format == OutFormat::Bf16 || e.out_format == OutFormat::Fp16 || nvfp4_stage;
   if (!formats || !out || e.activation == Activation::Geglu || p.m < 1 || p.n < 1 || p.k < 1) return false;
-  // Dense, or batched where every batch's scales start on a 128-row SfAtom tile (then the
-  // flattened buffers are CUTLASS's L-strided ones); masked and contiguous groups need the
-  // ptr-array kernels, not built.
-  const bool batched = p.grouping == Grouping::Batched && p.groups >= 1 && p.group_rows >= 1 &&
-                       p.group_rows * p.groups == p.m &&
-                       (p.groups == 1 || (p.group_rows % kSfTileRows == 0 && p.n % kSfTileRows == 0));
-  const bool grouping = p.grouping == Grouping::Dense ? p.groups == 1 : batched;
+  // Dense; batched where every batch's scales start on a 128-row SfAtom tile (then the flattened
+  // buffers are CUTLASS's L-strided ones); masked (the ptr-array kernels) where every group's do.
+  // Contiguous groups (an expert id per row) are not built.
+  const bool tiled_groups = p.groups >= 1 && p.group_rows >= 1 && p.group_rows * p.groups == p.m &&
+                            (p.groups == 1 || (p.group_rows % kSfTileRows == 0 && p.n % kSfTileRows == 0));
+  const bool masked = tiled_groups && p.group_index != nullptr;
+  bool grouping = false;
+  switch (p.grouping) {
+    case Grouping::Dense:
+      grouping = p.groups == 1;
+      break;
+    case Grouping::Batched:
+      grouping = tiled_groups;
+      break;
+    case Grouping::Masked:
+      grouping = masked;
+      break;
+    case Grouping::Contiguous:
+      break;
+  }
+  const bool per_group = p.grouping == Grouping::Batched || p.grouping == Grouping::Masked;
   // TMA rows start on 16 bytes: K a multiple of 32 elements (16 bytes of E2M1; CUTLASS's FP4
   // alignment) and of the block size, N a multiple of 8 (16 bytes of bf16/fp16 D and C).
   // CUTLASS's problem shape is int.
@@ -129,9 +147,8 @@ inline bool blackwell_supports(const GemmProblem& p) {
   // The epilogue reads the bias in the kernel's output type.
   const FloatType stage_type =
       blackwell_stage_format(e.out_format) == OutFormat::Fp16 ? FloatType::Fp16 : FloatType::Bf16;
-  const bool bias = e.bias == nullptr ||
-                    (e.bias_type == stage_type && (!e.bias_per_group || p.grouping == Grouping::Batched));
-  const bool alpha = e.alpha_count <= 1 || (p.grouping == Grouping::Batched && e.alpha_count == p.groups);
+  const bool bias = e.bias == nullptr || (e.bias_type == stage_type && (!e.bias_per_group || per_group));
+  const bool alpha = e.alpha_count <= 1 || (per_group && e.alpha_count == p.groups);
   const bool aligned = is_aligned(p.a.values, 16) && is_aligned(p.b.values, 16) && is_aligned(p.a.scales, 16) &&
                        is_aligned(p.b.scales, 16) && is_aligned(e.out, 16) && is_aligned(e.residual, 16) &&
                        is_aligned(e.bias, 16);

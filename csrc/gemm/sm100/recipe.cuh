@@ -6,7 +6,9 @@
 // Operands NVFP4 (nv_float4_t<e2m1>, UE4M3 per 16), MXFP4 (mx_float4_t<e2m1>, UE8M0 per 32) or MXFP8
 // (mx_float8_t<e4m3>, UE8M0 per 32), scales in the SfAtom layout; D bf16 or fp16; the epilogue is
 // blackwell_epilogue.cuh. Tiles: Default = 1-SM MMA 128 x 128, Widen = 2-SM MMA 256 x 128 on a 2 x 1
-// cluster; K per stage is 128 bytes of each operand row (256 FP4 or 128 FP8 elements).
+// cluster; K per stage is 128 bytes of each operand row (256 FP4 or 128 FP8 elements). Dense and
+// batched (L mode) problems run the GemmUniversal kernel of their tile, masked groups the ptr-array
+// kernel of the default tile (blackwell_grouped.cuh).
 // Constraints: blackwell_supports(). Reference: reference.gemm_into.
 #pragma once
 
@@ -19,17 +21,19 @@
 
 #include "csrc/gemm/blackwell_backend.h"
 #include "csrc/gemm/blackwell_epilogue.cuh"
+#include "csrc/gemm/blackwell_grouped.cuh"
 #include "csrc/gemm/blackwell_run.cuh"
 #include "cutlass/detail/sm100_blockscaled_layout.hpp"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/group_array_problem_shape.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 
 namespace fp4_gemm {
 
-// CUTLASS's element type and 1-SM / 2-SM kernel schedules of an operand format.
+// CUTLASS's element type and 1-SM / 2-SM / grouped (ptr-array, 1-SM) kernel schedules of an operand format.
 template <OperandFormat Format>
 struct Sm100Operand;
 
@@ -38,6 +42,7 @@ struct Sm100Operand<OperandFormat::Nvfp4> {
   using Element = cutlass::nv_float4_t<cutlass::float_e2m1_t>;
   using Schedule1Sm = cutlass::gemm::KernelTmaWarpSpecialized1SmNvf4Sm100;
   using Schedule2Sm = cutlass::gemm::KernelTmaWarpSpecialized2SmNvf4Sm100;
+  using ScheduleGrouped = cutlass::gemm::KernelPtrArrayTmaWarpSpecialized1SmNvf4Sm100;
 };
 
 template <>
@@ -45,6 +50,7 @@ struct Sm100Operand<OperandFormat::Mxfp4> {
   using Element = cutlass::mx_float4_t<cutlass::float_e2m1_t>;
   using Schedule1Sm = cutlass::gemm::KernelTmaWarpSpecialized1SmMxf4Sm100;
   using Schedule2Sm = cutlass::gemm::KernelTmaWarpSpecialized2SmMxf4Sm100;
+  using ScheduleGrouped = cutlass::gemm::KernelPtrArrayTmaWarpSpecialized1SmMxf4Sm100;
 };
 
 template <>
@@ -52,11 +58,15 @@ struct Sm100Operand<OperandFormat::Mxfp8> {
   using Element = cutlass::mx_float8_t<cutlass::float_e4m3_t>;
   using Schedule1Sm = cutlass::gemm::KernelTmaWarpSpecialized1SmMxf8f6f4Sm100;
   using Schedule2Sm = cutlass::gemm::KernelTmaWarpSpecialized2SmMxf8f6f4Sm100;
+  using ScheduleGrouped = cutlass::gemm::KernelPtrArrayTmaWarpSpecialized1SmMxf8f6f4Sm100;
 };
 
-template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile>
+// `Grouped`: the ptr-array kernel of masked problems (per-group arguments in device arrays,
+// blackwell_grouped.cuh), default tile only.
+template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile, bool Grouped = false>
 struct Sm100Recipe {
-  static_assert(Tile == BlackwellTile::Default || Tile == BlackwellTile::Widen, "sm100 builds default and widen tiles");
+  static_assert(Tile == BlackwellTile::Default || (Tile == BlackwellTile::Widen && !Grouped),
+                "sm100 builds default and widen tiles, grouped ones with the default tile");
   static constexpr bool kTwoSm = Tile == BlackwellTile::Widen;
   using Operand = Sm100Operand<Format>;
   using ElementD = BlackwellOutElement<Out>;
@@ -66,39 +76,60 @@ struct Sm100Recipe {
   using MmaTileShape = cute::Shape<cute::Int<kTwoSm ? 256 : 128>, cute::_128, TileK>;
   using CtaTileShape = cute::Shape<cute::_128, cute::_128, TileK>;  // each SM's half of a 2-SM tile
   using ClusterShape = cute::Shape<cute::Int<kTwoSm ? 2 : 1>, cute::_1, cute::_1>;
-  using EpilogueSchedule = std::conditional_t<kTwoSm, cutlass::epilogue::TmaWarpSpecialized2Sm,
-                                              cutlass::epilogue::TmaWarpSpecialized1Sm>;
-  using MainloopSchedule = std::conditional_t<kTwoSm, typename Operand::Schedule2Sm, typename Operand::Schedule1Sm>;
+  // Grouped kernels take per-group strides: CUTLASS spells that as pointer layout tags.
+  template <class Tag>
+  using Layout = std::conditional_t<Grouped, Tag*, Tag>;
+  using EpilogueSchedule =
+      std::conditional_t<Grouped, cutlass::epilogue::PtrArrayTmaWarpSpecialized1Sm,
+                         std::conditional_t<kTwoSm, cutlass::epilogue::TmaWarpSpecialized2Sm,
+                                            cutlass::epilogue::TmaWarpSpecialized1Sm>>;
+  using MainloopSchedule =
+      std::conditional_t<Grouped, typename Operand::ScheduleGrouped,
+                         std::conditional_t<kTwoSm, typename Operand::Schedule2Sm, typename Operand::Schedule1Sm>>;
+  using ProblemShape = std::conditional_t<Grouped, cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>,
+                                          cute::Shape<int, int, int, int>>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm100, cutlass::arch::OpClassBlockScaledTensorOp, MmaTileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementD, cutlass::layout::RowMajor, kAlignmentD,
-      ElementD, cutlass::layout::RowMajor, kAlignmentD, EpilogueSchedule,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementD, Layout<cutlass::layout::RowMajor>,
+      kAlignmentD, ElementD, Layout<cutlass::layout::RowMajor>, kAlignmentD, EpilogueSchedule,
       BlackwellEpilogue<Arch, CtaTileShape, ElementD>>::CollectiveOp;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm100, cutlass::arch::OpClassBlockScaledTensorOp, typename Operand::Element,
-      cutlass::layout::RowMajor, kAlignmentAB, typename Operand::Element, cutlass::layout::ColumnMajor, kAlignmentAB,
-      float, MmaTileShape, ClusterShape,
+      Layout<cutlass::layout::RowMajor>, kAlignmentAB, typename Operand::Element, Layout<cutlass::layout::ColumnMajor>,
+      kAlignmentAB, float, MmaTileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       MainloopSchedule>::CollectiveOp;
 
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<cutlass::gemm::kernel::GemmUniversal<
-      cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, void>>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<
+      cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue, void>>;
 };
 
 template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile>
 void Sm100Kernel<Arch, Format, Out, Tile>::run(const GemmProblem& problem, cudaStream_t stream) {
+  const BlackwellKernelId id{Arch, Format, Out, Tile};
+  if constexpr (Tile == BlackwellTile::Default) {
+    if (problem.grouping == Grouping::Masked) {
+      using Grouped = Sm100Recipe<Arch, Format, Out, Tile, true>;
+      return run_blackwell_masked<Arch, typename Grouped::Gemm, typename Grouped::ElementD>(problem, stream, id);
+    }
+  }
   using Recipe = Sm100Recipe<Arch, Format, Out, Tile>;
   static_assert(scale_layout_is_sf_offset<typename Recipe::CollectiveMainloop::Sm1xxBlkScaledConfig>(),
                 "CUTLASS's scale-factor layout differs from sf_offset");
-  run_blackwell_gemm<typename Recipe::Gemm, typename Recipe::ElementD>(problem, stream, {Arch, Format, Out, Tile},
-                                                                       Arch != GemmArch::Sm110);
+  run_blackwell_gemm<typename Recipe::Gemm, typename Recipe::ElementD>(problem, stream, id, Arch != GemmArch::Sm110);
 }
 
 template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile>
 int64_t Sm100Kernel<Arch, Format, Out, Tile>::scratch_bytes(const GemmProblem& problem) {
+  if constexpr (Tile == BlackwellTile::Default) {
+    if (problem.grouping == Grouping::Masked) {
+      using Grouped = Sm100Recipe<Arch, Format, Out, Tile, true>;
+      return blackwell_masked_scratch_bytes<typename Grouped::Gemm, typename Grouped::ElementD>(problem);
+    }
+  }
   using Recipe = Sm100Recipe<Arch, Format, Out, Tile>;
   return blackwell_workspace_bytes<typename Recipe::Gemm, typename Recipe::ElementD>(problem);
 }

@@ -7,22 +7,27 @@
 // (mx_float8_t<e4m3>, UE8M0 per 32), scales in the SfAtom layout; D bf16 or fp16; the epilogue is
 // blackwell_epilogue.cuh. Tiles (128 K elements per stage, the shapes CUTLASS documents for these
 // schedules): Default = cooperative 128 x 128, Widen = cooperative 256 x 128, Pingpong = two
-// consumer warpgroups on alternating 128 x 128 tiles. Constraints: blackwell_supports(). Reference:
-// reference.gemm_into.
+// consumer warpgroups on alternating 128 x 128 tiles. Dense and batched (L mode) problems run the
+// GemmUniversal kernel of their tile, masked groups the grouped kernel of the default tile
+// (blackwell_grouped.cuh). Constraints: blackwell_supports(). Reference: reference.gemm_into.
 #pragma once
 
 // CUTLASS's kernels wait on the previous grid (griddepcontrol.wait) only with this defined (its
 // guard covers sm_120a), which makes programmatic dependent launch safe for them.
 #define CUTLASS_ENABLE_GDC_FOR_SM100 1
 
+#include <type_traits>
+
 #include "csrc/gemm/blackwell_backend.h"
 #include "csrc/gemm/blackwell_epilogue.cuh"
+#include "csrc/gemm/blackwell_grouped.cuh"
 #include "csrc/gemm/blackwell_run.cuh"
 #include "cutlass/detail/sm100_blockscaled_layout.hpp"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/group_array_problem_shape.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 
 namespace fp4_gemm {
@@ -52,46 +57,68 @@ struct Sm120Operand<OperandFormat::Mxfp8> {
   using Pingpong = cutlass::gemm::KernelTmaWarpSpecializedPingpongMxf8f6f4Sm120;
 };
 
-template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile>
+// `Grouped`: the ptr-array kernel of masked problems (per-group arguments in device arrays,
+// blackwell_grouped.cuh), default tile only; KernelScheduleAuto picks the grouped cooperative
+// schedule and the format's MMA from the pointer layout tags and the element types.
+template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile, bool Grouped = false>
 struct Sm120Recipe {
+  static_assert(Tile == BlackwellTile::Default || !Grouped, "grouped kernels use the default tile");
   using Operand = Sm120Operand<Format>;
   using ElementD = BlackwellOutElement<Out>;
   static constexpr int kAlignmentAB = 128 / cutlass::sizeof_bits<typename Operand::Element::DataType>::value;
   static constexpr int kAlignmentD = 128 / cutlass::sizeof_bits<ElementD>::value;
   using TileShape = cute::Shape<cute::Int<Tile == BlackwellTile::Widen ? 256 : 128>, cute::_128, cute::_128>;
   using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
-  using MainloopSchedule = std::conditional_t<Tile == BlackwellTile::Pingpong, typename Operand::Pingpong,
-                                              typename Operand::Cooperative>;
+  // Grouped kernels take per-group strides: CUTLASS spells that as pointer layout tags.
+  template <class Tag>
+  using Layout = std::conditional_t<Grouped, Tag*, Tag>;
+  using MainloopSchedule = std::conditional_t<
+      Grouped, cutlass::gemm::collective::KernelScheduleAuto,
+      std::conditional_t<Tile == BlackwellTile::Pingpong, typename Operand::Pingpong, typename Operand::Cooperative>>;
+  using ProblemShape = std::conditional_t<Grouped, cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>,
+                                          cute::Shape<int, int, int, int>>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm120, cutlass::arch::OpClassBlockScaledTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementD, cutlass::layout::RowMajor, kAlignmentD,
-      ElementD, cutlass::layout::RowMajor, kAlignmentD, cutlass::epilogue::collective::EpilogueScheduleAuto,
-      BlackwellEpilogue<Arch, TileShape, ElementD>>::CollectiveOp;
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementD, Layout<cutlass::layout::RowMajor>,
+      kAlignmentD, ElementD, Layout<cutlass::layout::RowMajor>, kAlignmentD,
+      cutlass::epilogue::collective::EpilogueScheduleAuto, BlackwellEpilogue<Arch, TileShape, ElementD>>::CollectiveOp;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm120, cutlass::arch::OpClassBlockScaledTensorOp, typename Operand::Element,
-      cutlass::layout::RowMajor, kAlignmentAB, typename Operand::Element, cutlass::layout::ColumnMajor, kAlignmentAB,
-      float, TileShape, ClusterShape,
+      Layout<cutlass::layout::RowMajor>, kAlignmentAB, typename Operand::Element, Layout<cutlass::layout::ColumnMajor>,
+      kAlignmentAB, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       MainloopSchedule>::CollectiveOp;
 
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<cutlass::gemm::kernel::GemmUniversal<
-      cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, void>>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<
+      cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue, void>>;
 };
 
 template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile>
 void Sm120Kernel<Arch, Format, Out, Tile>::run(const GemmProblem& problem, cudaStream_t stream) {
+  const BlackwellKernelId id{Arch, Format, Out, Tile};
+  if constexpr (Tile == BlackwellTile::Default) {
+    if (problem.grouping == Grouping::Masked) {
+      using Grouped = Sm120Recipe<Arch, Format, Out, Tile, true>;
+      return run_blackwell_masked<Arch, typename Grouped::Gemm, typename Grouped::ElementD>(problem, stream, id);
+    }
+  }
   using Recipe = Sm120Recipe<Arch, Format, Out, Tile>;
   static_assert(scale_layout_is_sf_offset<typename Recipe::CollectiveMainloop::Sm1xxBlkScaledConfig>(),
                 "CUTLASS's scale-factor layout differs from sf_offset");
-  run_blackwell_gemm<typename Recipe::Gemm, typename Recipe::ElementD>(problem, stream, {Arch, Format, Out, Tile},
-                                                                       true);
+  run_blackwell_gemm<typename Recipe::Gemm, typename Recipe::ElementD>(problem, stream, id, true);
 }
 
 template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile>
 int64_t Sm120Kernel<Arch, Format, Out, Tile>::scratch_bytes(const GemmProblem& problem) {
+  if constexpr (Tile == BlackwellTile::Default) {
+    if (problem.grouping == Grouping::Masked) {
+      using Grouped = Sm120Recipe<Arch, Format, Out, Tile, true>;
+      return blackwell_masked_scratch_bytes<typename Grouped::Gemm, typename Grouped::ElementD>(problem);
+    }
+  }
   using Recipe = Sm120Recipe<Arch, Format, Out, Tile>;
   return blackwell_workspace_bytes<typename Recipe::Gemm, typename Recipe::ElementD>(problem);
 }

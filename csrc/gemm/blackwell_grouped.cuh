@@ -1,0 +1,228 @@
+// Runs a CUTLASS ptr-array (grouped) block-scaled GEMM on a masked GemmProblem: group g multiplies
+// rows [g * group_rows, g * group_rows + clamp(masked_m[g], 0, group_rows)) of A by weight g and
+// writes only those rows of D (docs/FORMATS.md, "GEMM result"; reference: reference.gemm_into).
+//
+// masked_m lives on the device and the op never syncs with the host, so a one-block kernel turns it
+// into CUTLASS's per-group arguments (problem shapes, operand / scale / output pointers, strides,
+// scale layouts) in the problem's scratch, stream-ordered before the GEMM; the GEMM's tile scheduler
+// reads the shapes on the device. Every group's scales start on a 128-row SfAtom tile
+// (blackwell_supports), so each group's scale pointer is an offset into the flattened buffers.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "csrc/common/launch.cuh"
+#include "csrc/gemm/blackwell_run.cuh"
+
+namespace fp4_gemm {
+
+// The types of CUTLASS's per-group argument arrays. Plain CUTLASS/CuTe types on purpose: the
+// argument kernel is instantiated over them (not over the Gemm, whose type nvcc's host-stub
+// generator cannot spell for the sm120 grouped kernels).
+template <class Shape_, class StrideA_, class StrideB_, class StrideC_, class StrideD_, class LayoutSFA_,
+          class LayoutSFB_, class ScaleConfig_>
+struct GroupTypes {
+  using Shape = Shape_;
+  using StrideA = StrideA_;
+  using StrideB = StrideB_;
+  using StrideC = StrideC_;
+  using StrideD = StrideD_;
+  using LayoutSFA = LayoutSFA_;
+  using LayoutSFB = LayoutSFB_;
+  using ScaleConfig = ScaleConfig_;
+};
+
+template <class Gemm>
+struct GroupTypesOfImpl {
+  using Arguments = typename Gemm::Arguments;
+  template <class Ptr>
+  using Pointee = std::remove_pointer_t<Ptr>;
+  using type = GroupTypes<typename decltype(Arguments{}.problem_shape)::UnderlyingProblemShape,
+                          Pointee<decltype(Arguments{}.mainloop.dA)>, Pointee<decltype(Arguments{}.mainloop.dB)>,
+                          Pointee<decltype(Arguments{}.epilogue.dC)>, Pointee<decltype(Arguments{}.epilogue.dD)>,
+                          Pointee<decltype(Arguments{}.mainloop.layout_SFA)>,
+                          Pointee<decltype(Arguments{}.mainloop.layout_SFB)>,
+                          typename Gemm::GemmKernel::CollectiveMainloop::Sm1xxBlkScaledConfig>;
+};
+
+template <class Gemm>
+using GroupTypesOf = typename GroupTypesOfImpl<Gemm>::type;
+
+// CUTLASS's per-group argument arrays, carved from one scratch buffer. Operand pointers are stored
+// untyped (CUTLASS reads them as its element pointers; the bits are the same).
+template <class Types>
+struct GroupArrays {
+  typename Types::Shape* shapes;
+  const void** a;
+  const void** b;
+  const void** sfa;
+  const void** sfb;
+  const void** c;
+  void** d;
+  typename Types::StrideA* stride_a;
+  typename Types::StrideB* stride_b;
+  typename Types::StrideC* stride_c;
+  typename Types::StrideD* stride_d;
+  typename Types::LayoutSFA* layout_sfa;
+  typename Types::LayoutSFB* layout_sfb;
+
+  // Lays the arrays of `groups` groups out from `base` (nullptr: only counts) and returns the bytes
+  // used, each array 16-byte aligned.
+  int64_t carve(void* base, int64_t groups) {
+    int64_t offset = 0;
+    const auto take = [&](auto*& array) {
+      using T = std::remove_reference_t<decltype(*array)>;
+      offset = ceil_div(offset, 16) * 16;
+      array = base == nullptr ? nullptr : reinterpret_cast<T*>(static_cast<uint8_t*>(base) + offset);
+      offset += groups * static_cast<int64_t>(sizeof(T));
+    };
+    take(shapes), take(a), take(b), take(sfa), take(sfb), take(c), take(d);
+    take(stride_a), take(stride_b), take(stride_c), take(stride_d), take(layout_sfa), take(layout_sfb);
+    return ceil_div(offset, 256) * 256;
+  }
+};
+
+// What the argument kernel needs: the flattened buffers and the geometry shared by the groups.
+template <class Types>
+struct MaskedGroupSource {
+  GroupArrays<Types> arrays;
+  const int32_t* masked_m;
+  int groups, group_rows, n, k;
+  const uint8_t *a, *b, *sfa, *sfb;  // group 0's bytes
+  const uint8_t* c;
+  uint8_t* d;
+  int64_t a_group_bytes, b_group_bytes, sfa_group_bytes, sfb_group_bytes, out_group_bytes;
+  typename Types::StrideA stride_a;  // the same for every group (row pitch K)
+  typename Types::StrideB stride_b;
+  typename Types::StrideC stride_c;
+  typename Types::StrideD stride_d;
+  typename Types::LayoutSFB layout_sfb;
+};
+
+// One thread per group: the group's shape (its masked row count) and its slices of every buffer.
+// `Arch` keeps the sm_100a and sm_110a instantiations apart (blackwell_epilogue.cuh says why).
+template <GemmArch Arch, class Types>
+__global__ void masked_group_arguments(MaskedGroupSource<Types> s) {
+  griddep_wait();  // masked_m may come from the previous kernel
+  griddep_launch_dependents();  // no effect on the GEMM: it launches without PDL (run_blackwell_masked)
+  const int g = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (g >= s.groups) return;
+  const int rows = min(max(s.masked_m[g], 0), s.group_rows);
+  auto& out = s.arrays;
+  out.shapes[g] = cute::make_shape(rows, s.n, s.k);
+  out.a[g] = s.a + g * s.a_group_bytes;
+  out.b[g] = s.b + g * s.b_group_bytes;
+  out.sfa[g] = s.sfa + g * s.sfa_group_bytes;
+  out.sfb[g] = s.sfb + g * s.sfb_group_bytes;
+  out.c[g] = s.c + g * s.out_group_bytes;
+  out.d[g] = s.d + g * s.out_group_bytes;
+  out.stride_a[g] = s.stride_a;
+  out.stride_b[g] = s.stride_b;
+  out.stride_c[g] = s.stride_c;
+  out.stride_d[g] = s.stride_d;
+  out.layout_sfa[g] = Types::ScaleConfig::tile_atom_to_shape_SFA(cute::make_shape(rows, s.n, s.k, 1));
+  out.layout_sfb[g] = s.layout_sfb;
+}
+
+// CUTLASS's arguments of masked problem `p`, its per-group arrays at `arrays`.
+template <class Gemm, class ElementD>
+typename Gemm::Arguments blackwell_masked_arguments(const GemmProblem& p,
+                                                    const GroupArrays<GroupTypesOf<Gemm>>& arrays) {
+  using Arguments = typename Gemm::Arguments;
+  const auto typed = [](auto* array, auto member) { return reinterpret_cast<decltype(member)>(array); };
+  Arguments args{};
+  args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
+  args.problem_shape = {static_cast<int>(p.groups), arrays.shapes, nullptr};  // shapes on the device only
+  args.mainloop.ptr_A = typed(arrays.a, args.mainloop.ptr_A);
+  args.mainloop.dA = arrays.stride_a;
+  args.mainloop.ptr_B = typed(arrays.b, args.mainloop.ptr_B);
+  args.mainloop.dB = arrays.stride_b;
+  args.mainloop.ptr_SFA = typed(arrays.sfa, args.mainloop.ptr_SFA);
+  args.mainloop.layout_SFA = arrays.layout_sfa;
+  args.mainloop.ptr_SFB = typed(arrays.sfb, args.mainloop.ptr_SFB);
+  args.mainloop.layout_SFB = arrays.layout_sfb;
+  const GemmEpilogue& e = p.epilogue;
+  // The epilogue sees group g as batch l = g: alpha and bias step per group where there is one each.
+  args.epilogue.thread = blackwell_epilogue_arguments<decltype(args.epilogue.thread), ElementD>(
+      e, e.alpha_count > 1 ? 1 : 0, e.bias_per_group ? p.n : 0);
+  args.epilogue.ptr_C = typed(arrays.c, args.epilogue.ptr_C);
+  args.epilogue.dC = arrays.stride_c;
+  args.epilogue.ptr_D = typed(arrays.d, args.epilogue.ptr_D);
+  args.epilogue.dD = arrays.stride_d;
+  int device = 0;
+  FP4_GEMM_CUDA_CHECK(cudaGetDevice(&device));
+  args.hw_info.device_id = device;
+  constexpr int kClusterSize = cute::size(typename Gemm::GemmKernel::ClusterShape{});
+  const int sm_count = blackwell_sm_count(device);
+  args.hw_info.sm_count = p.sm_count > 0 ? std::clamp(p.sm_count, kClusterSize, sm_count) : sm_count;
+  return args;
+}
+
+// Scratch of a masked problem: the per-group arrays, then CUTLASS's workspace.
+template <class Gemm, class ElementD>
+int64_t blackwell_masked_scratch_bytes(const GemmProblem& p) {
+  GroupArrays<GroupTypesOf<Gemm>> arrays{};
+  const int64_t array_bytes = arrays.carve(nullptr, p.groups);
+  return array_bytes + static_cast<int64_t>(Gemm::get_workspace_size(blackwell_masked_arguments<Gemm, ElementD>(p, arrays)));
+}
+
+template <GemmArch Arch, class Gemm, class ElementD>
+void run_blackwell_masked(const GemmProblem& p, cudaStream_t stream, const BlackwellKernelId& kernel) {
+  using Types = GroupTypesOf<Gemm>;
+  GroupArrays<Types> arrays{};
+  const int64_t array_bytes = arrays.carve(nullptr, p.groups);
+  const typename Gemm::Arguments sized = blackwell_masked_arguments<Gemm, ElementD>(p, arrays);
+  const int64_t workspace_bytes = static_cast<int64_t>(Gemm::get_workspace_size(sized));
+  if (p.scratch_bytes < array_bytes + workspace_bytes) {
+    throw std::runtime_error("fp4_gemm: " + describe(kernel) + " masked GEMM needs " +
+                             std::to_string(array_bytes + workspace_bytes) + " bytes of scratch, got " +
+                             std::to_string(p.scratch_bytes));
+  }
+  arrays.carve(p.scratch, p.groups);
+
+  const int bits = element_bits(p.a.format);
+  const int64_t nkt = sf_k_tiles(p.k / block_size(p.a.format));
+  const GemmEpilogue& e = p.epilogue;
+  MaskedGroupSource<Types> source{};
+  source.arrays = arrays;
+  source.masked_m = p.group_index;
+  source.groups = static_cast<int>(p.groups);
+  source.group_rows = static_cast<int>(p.group_rows);
+  source.n = static_cast<int>(p.n);
+  source.k = static_cast<int>(p.k);
+  source.a = static_cast<const uint8_t*>(p.a.values);
+  source.b = static_cast<const uint8_t*>(p.b.values);
+  source.sfa = p.a.scales;
+  source.sfb = p.b.scales;
+  // Without a residual beta is 0 and C is never read; D stands in so every descriptor is valid.
+  source.c = static_cast<const uint8_t*>(e.residual != nullptr ? e.residual : e.out);
+  source.d = static_cast<uint8_t*>(e.out);
+  source.a_group_bytes = p.group_rows * p.k * bits / 8;
+  source.b_group_bytes = p.n * p.k * bits / 8;
+  source.sfa_group_bytes = p.group_rows / kSfTileRows * nkt * kSfTileBytes;
+  source.sfb_group_bytes = ceil_div(p.n, kSfTileRows) * nkt * kSfTileBytes;
+  source.out_group_bytes = p.group_rows * p.n * static_cast<int64_t>(sizeof(ElementD));
+  source.stride_a = cutlass::make_cute_packed_stride(typename Types::StrideA{}, cute::make_shape(source.group_rows, source.k, 1));
+  source.stride_b = cutlass::make_cute_packed_stride(typename Types::StrideB{}, cute::make_shape(source.n, source.k, 1));
+  source.stride_c = cutlass::make_cute_packed_stride(typename Types::StrideC{}, cute::make_shape(source.group_rows, source.n, 1));
+  source.stride_d = cutlass::make_cute_packed_stride(typename Types::StrideD{}, cute::make_shape(source.group_rows, source.n, 1));
+  source.layout_sfb = Types::ScaleConfig::tile_atom_to_shape_SFB(cute::make_shape(source.group_rows, source.n, source.k, 1));
+  constexpr int kThreads = 128;
+  launch_kernel(masked_group_arguments<Arch, Types>, dim3(unsigned(ceil_div(p.groups, kThreads))),
+                dim3(kThreads), 0, stream, p.pdl, source);
+
+  const typename Gemm::Arguments args = blackwell_masked_arguments<Gemm, ElementD>(p, arrays);
+  Gemm gemm;
+  check_cutlass(gemm.can_implement(args), "can_implement", kernel);
+  void* workspace = workspace_bytes > 0 ? static_cast<uint8_t*>(p.scratch) + array_bytes : nullptr;
+  check_cutlass(gemm.initialize(args, workspace, stream), "initialize", kernel);
+  // Without PDL: the GEMM's tile scheduler may read the group shapes before CUTLASS's grid wait.
+  check_cutlass(gemm.run(stream, nullptr, false), "run", kernel);
+  FP4_GEMM_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace fp4_gemm
