@@ -208,28 +208,9 @@ __device__ __forceinline__ void load_a_row(const uint8_t* tile, const uint8_t* s
   for (int pair = 0; pair < 8; ++pair) pairs[pair] = bf16x2_bits(__hmul2(values[pair], scale));
 }
 
-// The A fragments of one K tile: k-step s takes pairs 2s (slots 2q, 2q + 1) and 2s + 1 (slots
-// 2q + 8, 2q + 9) of rows g and g + 8.
-template <class Config>
-__device__ __forceinline__ void load_a_fragments(const uint8_t* tile, const uint8_t* scales, int warp_row, int lane,
-                                                 const TileBlocks& blocks, uint32_t (&frag)[4][4]) {
-  const int q = lane % 4;
-  const int row0 = warp_row + lane / 4;
-  uint32_t top[8], bottom[8];
-  load_a_row<Config>(tile, scales, row0, q, blocks, top);
-  load_a_row<Config>(tile, scales, row0 + 8, q, blocks, bottom);
-#pragma unroll
-  for (int s = 0; s < 4; ++s) {
-    frag[s][0] = top[2 * s];
-    frag[s][1] = bottom[2 * s];
-    frag[s][2] = top[2 * s + 1];
-    frag[s][3] = bottom[2 * s + 1];
-  }
-}
-
-// The A fragments of one K tile in wgmma's own K order (bf16 B, which TMA delivers in order): k-step
-// s takes elements 16s + 2q + {0, 1} (pair 0) and 16s + 8 + 2q + {0, 1} (pair 1) of rows g and
-// g + 8. Each thread reads its rows whole (threads of a row read the same bytes: broadcasts).
+// This thread's 16 A elements of one row of the K tile in wgmma's own K order (bf16 B, which TMA
+// delivers in order): pair 2s + h is elements 16s + 8h + 2q + {0, 1}. Each thread reads its rows
+// whole (the four threads of a row read the same bytes: broadcasts).
 template <class Config>
 __device__ __forceinline__ void load_a_row_natural(const uint8_t* tile, const uint8_t* scales, int row, int q,
                                                    const TileBlocks& blocks, uint32_t (&pairs)[8]) {
@@ -261,14 +242,22 @@ __device__ __forceinline__ void load_a_row_natural(const uint8_t* tile, const ui
   }
 }
 
+// The A fragments of one K tile: k-step s takes pairs 2s (slots 2q, 2q + 1) and 2s + 1 (slots
+// 2q + 8, 2q + 9) of rows g and g + 8; the pairs come in the permuted K order of a packed B
+// (load_a_row) or in wgmma's own order for a bf16 B (load_a_row_natural).
 template <class Config>
-__device__ __forceinline__ void load_a_fragments_natural(const uint8_t* tile, const uint8_t* scales, int warp_row,
-                                                         int lane, const TileBlocks& blocks, uint32_t (&frag)[4][4]) {
+__device__ __forceinline__ void load_a_fragments(const uint8_t* tile, const uint8_t* scales, int warp_row, int lane,
+                                                 const TileBlocks& blocks, uint32_t (&frag)[4][4]) {
   const int q = lane % 4;
   const int row0 = warp_row + lane / 4;
   uint32_t top[8], bottom[8];
-  load_a_row_natural<Config>(tile, scales, row0, q, blocks, top);
-  load_a_row_natural<Config>(tile, scales, row0 + 8, q, blocks, bottom);
+  if constexpr (Config::kPackedB) {
+    load_a_row<Config>(tile, scales, row0, q, blocks, top);
+    load_a_row<Config>(tile, scales, row0 + 8, q, blocks, bottom);
+  } else {
+    load_a_row_natural<Config>(tile, scales, row0, q, blocks, top);
+    load_a_row_natural<Config>(tile, scales, row0 + 8, q, blocks, bottom);
+  }
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
     frag[s][0] = top[2 * s];
@@ -572,7 +561,7 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
       fence_async_shared();
       named_barrier_sync(1, Config::kConsumerThreads);
     } else {
-      load_a_fragments_natural<Config>(smem.a(s), smem.sfa(s), warp_row, lane, blocks, f);
+      load_a_fragments<Config>(smem.a(s), smem.sfa(s), warp_row, lane, blocks, f);
     }
   };
   const auto b_tile = [&](int64_t it) -> const uint8_t* {
