@@ -82,23 +82,57 @@ __host__ __device__ __forceinline__ float sub_rn(float a, float b) {
 
 // ---- E2M1 -------------------------------------------------------------------------------------
 
-// Round to nearest even on the float32 bits, branch-free (a hot loop in every FP4 quantizer):
-// |x| >= 1 keeps one mantissa bit, and (exponent << 1 | mantissa) - 252 is the code; below 1 the
-// code is rint(2 |x|), read off the low bits of 2 |x| + 2^23. Saturation clamps |x| to 6 first.
+// [0, 1]; NaN -> 0 (the device's .sat modifier).
+__host__ __device__ __forceinline__ float saturate(float v) {
+#ifdef __CUDA_ARCH__
+  return __saturatef(v);
+#else
+  return v > 0.0f ? (v < 1.0f ? v : 1.0f) : 0.0f;
+#endif
+}
+
+// Adding 2^23 rounds a float32 in [0, 2^23) to an integer, ties to even, and leaves the integer in
+// the low mantissa bits: the bits are kRoundingBits + the integer.
+constexpr float kRounding = 8388608.0f;
+constexpr uint32_t kRoundingBits = 0x4B000000u;
+
+// A magnitude code as three saturated pieces, each kRounding + a small integer. The encoders are
+// exact FMUL/FFMA/FADD with saturation only, so they run on the FMA pipe: the quantizers are short
+// of ALU issue slots (half the FMA pipe's throughput), not of memory bandwidth.
+struct RoundingPieces {
+  float low, mid, high;
+  // The code: the pieces' integers added.
+  __host__ __device__ uint32_t code() const { return code_bits() - 3 * kRoundingBits; }
+  // The code plus 3 * kRoundingBits: a packer adds these and removes the bias once per word.
+  __host__ __device__ uint32_t code_bits() const { return float_bits(low) + float_bits(mid) + float_bits(high); }
+};
+
+// E2M1 steps are 0.5 below 2, 1 up to 4 and 2 up to 6, so the magnitude code of |x| is
+//   rint(2 min(|x|, 2)) + rint(clamp(|x|, 2, 4) - 2) + rint(clamp(|x|, 4, 6) / 2 - 2)
+// (the integer rounding's ties to even are the even codes'; clamping at 6 saturates). Each piece
+// is formed exactly (|x| / 2 - 1 and |x| / 2 - 2 are exact where they are not saturated).
 // Checked equal to the midpoint rule (0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2,
 // 3.5 -> 4, 5 -> 4) on every non-NaN float32.
+__host__ __device__ __forceinline__ RoundingPieces e2m1_pieces(float x) {
+  const float a = fabsf(x);
+  return {fmaf(saturate(a * 0.5f), 4.0f, kRounding), fmaf(saturate(fmaf(a, 0.5f, -1.0f)), 2.0f, kRounding),
+          saturate(fmaf(a, 0.5f, -2.0f)) + kRounding};
+}
+
 __host__ __device__ __forceinline__ uint8_t e2m1_encode(float x) {
-  const float a = fminf(fabsf(x), 6.0f);
-  const uint32_t bits = float_bits(a);
-  const uint32_t normal = ((bits + 0x1FFFFFu + ((bits >> 22) & 1u)) >> 22) - 252u;
-  const uint32_t subnormal = float_bits(fmaf(a, 2.0f, 8388608.0f)) & 3u;
-  return uint8_t((a >= 1.0f ? normal : subnormal) | ((float_bits(x) >> 28) & 8u));
+  return uint8_t(e2m1_pieces(x).code() | sign_nibble(x));
 }
 
 __host__ __device__ __forceinline__ float e2m1_decode(uint8_t code) {
   const uint8_t m = code & 7;
   const float magnitude = m < 4 ? 0.5f * m : exp2i((m >> 1) - 1) * (1.0f + 0.5f * (m & 1));
   return (code & 8) ? -magnitude : magnitude;
+}
+
+// e2m1_decode(e2m1_encode(x)) for non-NaN x, from the pieces: low / 2 + mid + 2 high, x's sign.
+__host__ __device__ __forceinline__ float e2m1_round(float x) {
+  const RoundingPieces p = e2m1_pieces(x);
+  return copysignf(fmaf(p.high - kRounding, 2.0f, fmaf(p.low - kRounding, 0.5f, p.mid - kRounding)), x);
 }
 
 // ---- E4M3 -------------------------------------------------------------------------------------
@@ -117,11 +151,17 @@ __host__ __device__ __forceinline__ float e4m3_decode(uint8_t b) {
 
 // ---- E0M3 -------------------------------------------------------------------------------------
 
-// min(rint(|x|), 7): clamping first gives the same integer; adding 2^23 rounds to an integer
-// (ties to even) and leaves it in the low mantissa bits.
+// min(rint(|x|), 7) as rint(min(|x|, 4)) + rint(clamp(|x|, 4, 6) - 4) + rint(clamp(|x|, 6, 7) - 6),
+// like e2m1_pieces (checked equal to the clamp-and-round rule on every non-NaN float32).
+__host__ __device__ __forceinline__ RoundingPieces e0m3_pieces(float x) {
+  const float a = fabsf(x);
+  return {fmaf(saturate(a * 0.25f), 4.0f, kRounding), fmaf(saturate(fmaf(a, 0.5f, -2.0f)), 2.0f, kRounding),
+          saturate(a - 6.0f) + kRounding};
+}
+
 __host__ __device__ __forceinline__ uint8_t e0m3_encode(float x) {
-  const uint8_t magnitude = uint8_t(float_bits(fminf(fabsf(x), 7.0f) + 8388608.0f) & 7u);
-  return magnitude == 0 ? 0 : magnitude | sign_nibble(x);
+  const uint32_t magnitude = e0m3_pieces(x).code();
+  return magnitude == 0 ? 0 : uint8_t(magnitude | sign_nibble(x));
 }
 
 __host__ __device__ __forceinline__ float e0m3_decode(uint8_t code) {
@@ -133,16 +173,27 @@ __host__ __device__ __forceinline__ float e0m3_decode(uint8_t code) {
 
 __host__ __device__ __forceinline__ float ue8m0_decode(uint8_t b) { return b == 0xFF ? NAN : exp2i(int(b) - 127); }
 
-__host__ __device__ __forceinline__ float ue4m3_decode(uint8_t b) { return e4m3_decode(b); }
+// e4m3_decode's value; on the device by the hardware conversion (every E4M3 value is an fp16).
+__host__ __device__ __forceinline__ float ue4m3_decode(uint8_t b) {
+#ifdef __CUDA_ARCH__
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(b, __NV_E4M3)));
+#else
+  return e4m3_decode(b);
+#endif
+}
 
 // ---- block recipes ----------------------------------------------------------------------------
-// One recipe per quantization mode: block size, element codec and scale rule, split so that one
-// block can be quantized by one thread (quantize_block) or by several lanes that each hold part of
-// it (the quantize kernel): `scale_code` is the round-to-nearest scale byte of a finite amax,
-// `element_factor` the multiplier applied to elements before encoding, `code_mask` what survives of
-// their codes, `decode_scale` a scale byte's value. Recipes with `kSearchesScale` pick the scale by least squared error instead.
+// One recipe per quantization mode: block size, element codec and scale rule. `scale_code` is the
+// round-to-nearest scale byte of a finite amax, `element_factor` the multiplier applied to elements
+// before encoding, `zeroes_codes` whether a scale byte zeroes every code, `decode_scale` a scale
+// byte's value.
+// Recipes with `kSearchesScale` pick the scale by least squared error instead.
 
 enum class ElementCodec { E4M3, E2M1, E0M3 };
+
+// Bytes a block of G codes takes in memory: E4M3 bytes, or nibbles (element 2i in the low nibble).
+template <ElementCodec kCodec, int G>
+constexpr int kStoredBytes = kCodec == ElementCodec::E4M3 ? G : G / 2;
 
 template <ElementCodec kCodec>
 __host__ __device__ __forceinline__ uint8_t encode_element(float x) {
@@ -173,7 +224,7 @@ struct MxRecipe {
 
   __host__ __device__ static float element_factor(uint8_t scale) { return exp2i(127 - int(scale)); }
 
-  __host__ __device__ static uint8_t code_mask(uint8_t) { return 0xFF; }
+  __host__ __device__ static bool zeroes_codes(uint8_t) { return false; }
 };
 
 using Mxfp8Recipe = MxRecipe<32, ElementCodec::E4M3, 8, 0x600000>;  // qmax 448 = 1.75 * 2^8
@@ -191,14 +242,21 @@ struct Ue4m3Recipe {
 
   __host__ __device__ static float decode_scale(uint8_t b) { return ue4m3_decode(b); }
 
-  __host__ __device__ static uint8_t scale_code(float amax) { return e4m3_encode(amax / float(kQmax)); }
+  // amax / qmax by one multiply and one remainder correction (Markstein): the correctly rounded
+  // float32 quotient wherever it is at least 2^-125, which covers every quotient that rounds to a
+  // nonzero E4M3 (checked against the IEEE division on every finite float32, qmax 6 and 7).
+  __host__ __device__ static uint8_t scale_code(float amax) {
+    constexpr float kInverse = 1.0f / float(kQmax);
+    const float q = amax * kInverse;
+    return e4m3_encode(fmaf(fmaf(-q, float(kQmax), amax), kInverse, q));
+  }
 
   __host__ __device__ static float element_factor(uint8_t scale) {
     return scale == 0 ? 0.0f : 1.0f / ue4m3_decode(scale);
   }
 
   // A zero scale zeroes the block's codes (no -0 codes either).
-  __host__ __device__ static uint8_t code_mask(uint8_t scale) { return scale == 0 ? 0 : 0xFF; }
+  __host__ __device__ static bool zeroes_codes(uint8_t scale) { return scale == 0; }
 };
 
 using Nvfp4Recipe = Ue4m3Recipe<ElementCodec::E2M1, 6>;
@@ -214,37 +272,37 @@ struct Nvfp4MseRecipe : Nvfp4Recipe {
   static constexpr bool kSearchesScale = true;
   static constexpr int kLargestScale = 0x7E;  // 448
 
-  // `error` plus the squared errors of x[0..n) at scale code sf, added one by one in order.
+  // The block's squared error at scale code sf, added one element at a time in order.
   template <int n>
-  __host__ __device__ static float accumulate_error(const float* x, uint8_t sf, float error) {
+  __host__ __device__ static float block_error(const float* x, uint8_t sf) {
     const float factor = element_factor(sf);
     const float scale = ue4m3_decode(sf);
+    float error = 0.0f;
 #pragma unroll
     for (int i = 0; i < n; ++i) {
-      const float d = sub_rn(x[i], mul_rn(e2m1_decode(e2m1_encode(x[i] * factor)), scale));
+      const float d = sub_rn(x[i], mul_rn(e2m1_round(x[i] * factor), scale));
       error = add_rn(error, mul_rn(d, d));
     }
     return error;
   }
 
-  // The least-squares code, given error_of(code) = the whole block's error at that code. Every
-  // candidate is scored, usable or not, so lanes sharing a block stay converged for error_of.
-  template <class ErrorOf>
-  __host__ __device__ static uint8_t choose_scale(uint8_t rtn, ErrorOf error_of) {
+  template <int n>
+  __host__ __device__ static uint8_t choose_scale(const float* x, uint8_t rtn) {
+    if (rtn == 0) return 0;
     constexpr int kOffsets[] = {-1, 1, -2, 2};
-    uint8_t best = rtn == 0 ? 1 : rtn;
-    float best_error = error_of(best);
+    uint8_t best = rtn;
+    float best_error = block_error<n>(x, best);
 #pragma unroll
     for (const int offset : kOffsets) {
       const int sf = rtn + offset;
-      const bool usable = sf >= 1 && sf <= kLargestScale;
-      const float error = error_of(uint8_t(usable ? sf : best));
-      if (usable && error < best_error) {
+      if (sf < 1 || sf > kLargestScale) continue;
+      const float error = block_error<n>(x, uint8_t(sf));
+      if (error < best_error) {
         best = uint8_t(sf);
         best_error = error;
       }
     }
-    return rtn == 0 ? 0 : best;
+    return best;
   }
 };
 
@@ -261,30 +319,81 @@ __host__ __device__ __forceinline__ uint32_t amax_bits(const float* x) {
   return amax;
 }
 
-// Codes of x[0..n) at a block's scale byte.
-template <class Traits, int n>
-__host__ __device__ __forceinline__ void encode_elements(const float* x, uint8_t scale, uint8_t* codes) {
-  const float factor = Traits::element_factor(scale);
-  const uint8_t mask = Traits::code_mask(scale);
+// ---- packing a block's codes into stored words ------------------------------------------------
+// A stored word holds four E4M3 bytes or eight nibbles (element 8w + j in nibble j of word w).
+// The nibble packers take the block's sign bits per word (bit 4j + 3 set for a negative element j)
+// from the caller, who can read them off its inputs' bits more cheaply than per element.
+
+// Sign bits of x[0..n) per stored word.
+template <int n>
+__host__ __device__ __forceinline__ void nibble_signs(const float* x, uint32_t* signs) {
 #pragma unroll
-  for (int i = 0; i < n; ++i) codes[i] = encode_element<Traits::kElement>(x[i] * factor) & mask;
+  for (int w = 0; w < n / 8; ++w) {
+    uint32_t word = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) word |= (float_bits(x[8 * w + j]) >> 31) << (4 * j + 3);
+    signs[w] = word;
+  }
 }
 
-// Quantize one whole block in one thread: non-finite input gives the NaN scale and all-zero codes.
+// Codes of x[0..n) (already multiplied by the block's factor), packed: the pieces of each element
+// are added in at its nibble, and their bias taken off once per word (all modulo 2^32; no carries,
+// as codes are below 8).
+template <ElementCodec kCodec, int n>
+__host__ __device__ __forceinline__ void pack_codes(const float* x, const uint32_t* signs, uint32_t* stored) {
+  if constexpr (kCodec == ElementCodec::E4M3) {
+#pragma unroll
+    for (int w = 0; w < n / 4; ++w) {
+      const float* v = x + 4 * w;
+      const uint32_t low = __nv_cvt_float2_to_fp8x2(float2{v[0], v[1]}, __NV_SATFINITE, __NV_E4M3);
+      const uint32_t high = __nv_cvt_float2_to_fp8x2(float2{v[2], v[3]}, __NV_SATFINITE, __NV_E4M3);
+      stored[w] = low | high << 16;  // e4m3_encode of each, two at a time
+    }
+  } else {
+    constexpr uint32_t kBias = 3 * kRoundingBits * 0x11111111u;
+#pragma unroll
+    for (int w = 0; w < n / 8; ++w) {
+      uint32_t word = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float v = x[8 * w + j];
+        word += (kCodec == ElementCodec::E2M1 ? e2m1_pieces(v) : e0m3_pieces(v)).code_bits() << (4 * j);
+      }
+      const uint32_t codes = word - kBias;
+      if constexpr (kCodec == ElementCodec::E2M1) {
+        stored[w] = codes | signs[w];
+      } else {  // E0M3 keeps the sign of nonzero codes only
+        const uint32_t nonzero = (codes | codes >> 1 | codes >> 2) & 0x11111111u;
+        stored[w] = codes | (signs[w] & nonzero << 3);
+      }
+    }
+  }
+}
+
+// Quantize one block of G values into its stored words: amax is max |x| as float32 bits (from
+// amax_bits, or read off 16-bit inputs), signs the sign bits per stored word (nibble codecs only).
+// Non-finite input gives the NaN scale and all-zero codes.
 template <class Traits>
-__host__ __device__ __forceinline__ uint8_t quantize_block(const float* x, uint8_t* codes) {
+__host__ __device__ __forceinline__ uint8_t quantize_block(const float* x, uint32_t amax, const uint32_t* signs,
+                                                           uint32_t* stored) {
   constexpr int G = Traits::kGroup;
-  const uint32_t amax = amax_bits<G>(x);
+  constexpr int kWords = kStoredBytes<Traits::kElement, G> / 4;
   if (amax >= 0x7F800000u) {
 #pragma unroll
-    for (int i = 0; i < G; ++i) codes[i] = 0;
+    for (int w = 0; w < kWords; ++w) stored[w] = 0;
     return Traits::kScaleNan;
   }
   uint8_t scale = Traits::scale_code(float_from_bits(amax));
-  if constexpr (Traits::kSearchesScale) {
-    scale = Traits::choose_scale(scale, [&](uint8_t sf) { return Traits::template accumulate_error<G>(x, sf, 0.0f); });
+  if constexpr (Traits::kSearchesScale) scale = Traits::template choose_scale<G>(x, scale);
+  const float factor = Traits::element_factor(scale);
+  float scaled[G];
+#pragma unroll
+  for (int i = 0; i < G; ++i) scaled[i] = x[i] * factor;
+  pack_codes<Traits::kElement, G>(scaled, signs, stored);
+  if (Traits::zeroes_codes(scale)) {
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) stored[w] = 0;
   }
-  encode_elements<Traits, G>(x, scale, codes);
   return scale;
 }
 

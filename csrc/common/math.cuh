@@ -38,14 +38,18 @@ constexpr float kExpLn2Lo = 1.428606765330187e-06f;
 __host__ __device__ __forceinline__ float exp_float32(float x) {
   if (isnan(x)) return x;  // the reference's clamp keeps NaN, and it returns x itself
   const float clamped = fminf(fmaxf(x, kExpMin), kExpMax);
-  const float n = rintf(mul_rn(clamped, kExpLog2e));
+  // rint by adding 1.5 * 2^23 (ties to even; |c * log2e| < 2^22): the sum's low bits are n, so 2^n
+  // is read off them too, with no float-to-integer conversion.
+  constexpr float kRint = 12582912.0f;
+  const float rounded = add_rn(mul_rn(clamped, kExpLog2e), kRint);
+  const float n = sub_rn(rounded, kRint);
   const float r = sub_rn(sub_rn(clamped, mul_rn(n, kExpLn2Hi)), mul_rn(n, kExpLn2Lo));
   // Taylor coefficients, highest degree first (Horner's rule).
   constexpr float kTaylor[] = {float(1.0 / 720), float(1.0 / 120), float(1.0 / 24), float(1.0 / 6), 0.5f, 1.0f, 1.0f};
   float p = kTaylor[0];
 #pragma unroll
   for (int i = 1; i < 7; ++i) p = add_rn(mul_rn(p, r), kTaylor[i]);
-  return mul_rn(p, exp2i(int(n)));
+  return mul_rn(p, float_from_bits((float_bits(rounded) - float_bits(kRint) + 127) << 23));  // n in [-126, 127]
 }
 
 __host__ __device__ __forceinline__ float swiglu_float32(float gate, float up) {

@@ -28,16 +28,20 @@ struct QuantizeParams {
   bool vector_stores;  // value rows are aligned to a whole block
 };
 
-// The block at (row, col0); zeros outside the input (a padded output).
+// The block at (row, col0) as words; zeros outside the input (a padded output).
 template <int G, class T>
-__device__ __forceinline__ void load_block(const QuantizeParams<T>& p, int64_t row, int64_t col0, float* x) {
+__device__ __forceinline__ void load_block(const QuantizeParams<T>& p, int64_t row, int64_t col0, uint32_t* words) {
   const T* src = p.input + row * p.in_cols + col0;
   if (row < p.in_rows && col0 + G <= p.in_cols) {
-    load_halves<G>(src, p.vector_loads, x);
+    load_words<G>(src, p.vector_loads, words);
     return;
   }
+  const uint16_t* halves = reinterpret_cast<const uint16_t*>(src);
 #pragma unroll
-  for (int i = 0; i < G; ++i) x[i] = (row < p.in_rows && col0 + i < p.in_cols) ? to_float(src[i]) : 0.0f;
+  for (int i = 0; i < G; ++i) {
+    const uint32_t bits = row < p.in_rows && col0 + i < p.in_cols ? halves[i] : 0;
+    words[i / 2] = i % 2 ? words[i / 2] | bits << 16 : bits;
+  }
 }
 
 template <class Traits, class T, ScaleLayout kLayout>
@@ -53,11 +57,13 @@ __global__ void __launch_bounds__(kMatrixThreads) quantize_kernel(const Quantize
   for (int64_t row = matrix_first_row(); row < p.grid.rows; row += matrix_row_stride()) {
     uint8_t scale = 0;
     if (row < p.out_rows && kb < p.nkb) {
+      uint32_t words[G / 2], signs[G / 8], stored[kBlockBytes / 4];
       float x[G];
-      uint8_t codes[G];
-      load_block<G>(p, row, kb * G, x);
-      scale = quantize_block<Traits>(x, codes);
-      store_codes<Traits::kElement, G>(p.values + row * row_bytes + kb * kBlockBytes, codes, p.vector_stores);
+      load_block<G>(p, row, kb * G, words);
+      unpack_words<G, T>(words, x);
+      if constexpr (Traits::kElement != ElementCodec::E4M3) nibble_signs_of_words<G>(words, signs);
+      scale = quantize_block<Traits>(x, amax_bits_of_words<G, T>(words), signs, stored);
+      store_words<kBlockBytes>(p.values + row * row_bytes + kb * kBlockBytes, stored, p.vector_stores);
     }
     p.scales[scale_index(kLayout, row, kb, p.nkb)] = scale;
   }

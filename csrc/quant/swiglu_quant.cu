@@ -55,10 +55,10 @@ __global__ void __launch_bounds__(kMatrixThreads) swiglu_quant_kernel(const Swig
         load_halves<G>(gate + p.hidden, p.vector_loads, up);
 #pragma unroll
         for (int i = 0; i < G; ++i) y[i] = swiglu_float32(y[i], up[i]);
-        uint8_t codes[G];
-        scale = quantize_block<Traits>(y, codes);
-        const int64_t row_bytes = p.nkb * kBlockBytes;
-        store_codes<Traits::kElement, G>(p.values + row * row_bytes + kb * kBlockBytes, codes, p.vector_stores);
+        uint32_t signs[G / 8], stored[kBlockBytes / 4];
+        if constexpr (Traits::kElement != ElementCodec::E4M3) nibble_signs<G>(y, signs);
+        scale = quantize_block<Traits>(y, amax_bits<G>(y), signs, stored);
+        store_words<kBlockBytes>(p.values + row * p.nkb * kBlockBytes + kb * kBlockBytes, stored, p.vector_stores);
       }
     }
     p.scales[scale_index(ScaleLayout::Swizzled, row, kb, p.nkb)] = scale;
