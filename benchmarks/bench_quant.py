@@ -97,9 +97,10 @@ def permute_rows(fp4, tokens: int, hidden: int, topk: int, experts: int) -> list
             scale = torch.randint(0, 2**31 - 1, (tokens, hidden // 512), device="cuda", dtype=torch.int32)
         else:
             scale = torch.randint(0, 255, (tokens, hidden // 32), device="cuda", dtype=torch.uint8)
-        # what the op must move: every token (and its scales) read once, each routed copy written once
+        # what the op must move: every token (and its scales) read once, and every output row written
+        # once, a routed copy or, for the rows nobody lands on, zeros (the op defines every byte)
         row_bytes = hidden * x.element_size() + hidden // 32
-        traffic = tokens * row_bytes + tokens * topk * row_bytes + nbytes(ids) + tokens * topk * 4
+        traffic = tokens * row_bytes + experts * max_tokens * row_bytes + nbytes(ids) + tokens * topk * 4
         shape = (tokens, hidden, topk, experts)
         rows.append(
             same_op(fp4, "prefill_permute_to_masked_gemm", mode, shape, traffic, x, scale, ids, experts, max_tokens)

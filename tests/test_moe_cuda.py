@@ -1,10 +1,11 @@
 """The native CUDA kernels of swiglu_quant and permute_to_masked against the CPU op (the reference),
 bit for bit.
 
-Both ops write only some bytes of their outputs. Every call here writes into poisoned buffers, on
-the GPU and on the CPU alike, and the whole buffers are compared: the bytes the op defines must be
-equal, and every byte it must leave alone must still hold the poison. Each op also runs twice and
-under CUDA graph replay, which must reproduce the same bytes (positions never depend on atomics).
+swiglu_quant writes only the owned rows of its outputs; permute_to_masked writes every byte. Every
+call here writes into poisoned buffers, on the GPU and on the CPU alike, and the whole buffers are
+compared: the bytes the op defines must be equal, and every byte it must leave alone must still hold
+the poison. Each op also runs twice and under CUDA graph replay, which must reproduce the same bytes
+(positions never depend on atomics).
 """
 
 from __future__ import annotations
@@ -223,7 +224,7 @@ PERMUTE_CASES = (
     (2500, 1, 1, 1024, 512, "random"),  # E = 1, topk = 1, overflow, 3 chunks
     (3, 1, 1, 128, 512, "random"),
     (4096, 8, 64, 640, 512, "random"),  # 32 chunks
-    (0, 8, 4, 128, 512, "random"),  # no slots: counts all zero, nothing else written
+    (0, 8, 4, 128, 512, "random"),  # no slots: counts all zero, every row zeroed
     (5, 8, 512, 128, 512, "invalid_ids"),  # E = 512, most experts empty
 )
 
@@ -237,6 +238,17 @@ def test_permute_to_masked_cuda_equals_cpu_on_poisoned_outputs(fp4, device, case
     ids = routing(kind, tokens, topk, experts, g)
     x, scale = permute_inputs(tokens, hidden, dtype, broadcast, seed=tokens + hidden)
     assert_permute_matches_cpu(fp4, device, x, scale, ids, experts, max_token_num, f"{case} {dtype} {broadcast=}")
+
+
+def test_permute_to_masked_cuda_zeroes_every_row_nobody_lands_on(fp4, device):
+    g = torch.Generator().manual_seed(12)
+    ids = routing("empty_experts", 60, 4, 10, g)  # experts 0, 3, 6, 9 fill about half their rows
+    x, scale = permute_inputs(60, 512, torch.bfloat16, True, seed=12)
+    permuted, out_scale, _, counts = assert_permute_matches_cpu(fp4, device, x, scale, ids, 10, 128, "zero rows")
+    filled = torch.arange(128)[None, :] < counts.cpu().clamp(max=128)
+    assert (permuted.view(torch.uint8).cpu().view(10, 128, -1)[~filled] == 0).all()
+    plain = fp4.reference.unswizzle_scales(out_scale.cpu().reshape(-1), 10 * 128, 512 // 32)
+    assert (plain.view(10, 128, -1)[~filled] == 0).all()
 
 
 def test_permute_to_masked_cuda_direct_scales_with_hidden_not_a_multiple_of_512(fp4, device):

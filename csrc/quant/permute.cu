@@ -12,8 +12,10 @@
 //      counter (shared memory, no atomics). Writes index_map.
 //   4. copy_rows: one block per token reads the token's row once (16-byte loads when x and
 //      permute_x allow) and stores it to every row its placed slots land on, then writes those
-//      rows' scale bytes. Tokens with no placed slot read nothing; rows nothing lands on are never
-//      written.
+//      rows' scale bytes. Tokens with no placed slot read nothing.
+//   5. zero_rows / zero_scale_words (after the scan, independent of 3 and 4): every row nothing
+//      lands on is zeroed, values and scale bytes, so each byte of the outputs is written exactly
+//      once and the caller need not zero-fill them first.
 #include <stdexcept>
 #include <string>
 
@@ -31,6 +33,7 @@ constexpr int kScanThreads = 256;
 constexpr int kRankSteps = kChunk / 32;  // slots per lane of the ranking warp
 constexpr int kCopyThreads = 128;
 constexpr int kCopyUnroll = 4;  // vectors in flight per thread
+constexpr int kZeroThreads = 256;
 static_assert(kChunk % kCountThreads == 0 && kChunk % 32 == 0, "whole steps per chunk");
 
 struct PermuteParams {
@@ -43,6 +46,7 @@ struct PermuteParams {
   int64_t slots, topk, experts, max_token_num, chunks;
   uint8_t* permute_x;
   uint8_t* out_scale;
+  bool scale_words_aligned;  // out_scale may be written 4 bytes at a time
   int64_t nkb, nkt;
   int32_t* index_map;
   int32_t* counts;
@@ -194,6 +198,43 @@ __global__ void __launch_bounds__(kCopyThreads) copy_rows_kernel(const PermutePa
   }
 }
 
+// Whether a row of permute_x receives a slot: expert e's first min(counts[e], max_token_num) rows.
+__device__ __forceinline__ bool row_is_filled(const PermuteParams& p, int64_t row) {
+  const int64_t expert = row / p.max_token_num;
+  return expert < p.experts && row - expert * p.max_token_num < __ldg(p.counts + expert);
+}
+
+// One warp per row of permute_x: unfilled rows are zeroed, filled ones left to copy_rows.
+template <class Vector>
+__global__ void __launch_bounds__(kZeroThreads) zero_rows_kernel(const PermuteParams p, int64_t rows) {
+  griddep_wait();
+  griddep_launch_dependents();
+  const int64_t row = int64_t(blockIdx.x) * (kZeroThreads / 32) + threadIdx.x / 32;
+  if (row >= rows || row_is_filled(p, row)) return;
+  Vector* dst = reinterpret_cast<Vector*>(p.permute_x + row * p.row_bytes);
+  for (int64_t v = threadIdx.x % 32; v < p.row_bytes / int64_t(sizeof(Vector)); v += 32) dst[v] = Vector{};
+}
+
+// One thread per 16-byte run of the swizzled scales: each of its four words is one row's 4 blocks
+// of a K tile (sf_offset), zeroed unless the row is filled (padding rows of the last tile included).
+__global__ void __launch_bounds__(kZeroThreads) zero_scale_words_kernel(const PermuteParams p, int64_t runs) {
+  griddep_wait();
+  griddep_launch_dependents();
+  const int64_t run = int64_t(blockIdx.x) * kZeroThreads + threadIdx.x;
+  if (run >= runs) return;
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    const int64_t offset = (run * 4 + w) * kSfTileCols;
+    if (row_is_filled(p, sf_row(offset, p.nkt))) continue;
+    if (p.scale_words_aligned) {
+      *reinterpret_cast<uint32_t*>(p.out_scale + offset) = 0;
+    } else {
+#pragma unroll
+      for (int i = 0; i < kSfTileCols; ++i) p.out_scale[offset + i] = 0;
+    }
+  }
+}
+
 }  // namespace
 
 void permute_to_masked(const PermuteProblem& problem, cudaStream_t stream) {
@@ -215,6 +256,7 @@ void permute_to_masked(const PermuteProblem& problem, cudaStream_t stream) {
   p.chunks = ceil_div(p.slots, kChunk);
   p.permute_x = static_cast<uint8_t*>(problem.permute_x);
   p.out_scale = problem.out_scale;
+  p.scale_words_aligned = is_aligned(problem.out_scale, 4);
   p.nkb = problem.hidden / 32;
   p.nkt = sf_k_tiles(p.nkb);
   p.index_map = problem.index_map;
@@ -227,12 +269,20 @@ void permute_to_masked(const PermuteProblem& problem, cudaStream_t stream) {
     launch_kernel(chunk_count_kernel, dim3(unsigned(p.chunks)), dim3(kCountThreads), counter_bytes, stream, false, p);
   }
   launch_kernel(chunk_scan_kernel, dim3(unsigned(p.experts)), dim3(kScanThreads), 0, stream, false, p);
+  const bool vectors = is_aligned(problem.x, 16) && is_aligned(problem.permute_x, 16) && p.row_bytes % 16 == 0;
+  const int64_t rows = p.experts * p.max_token_num;
+  const dim3 row_blocks(unsigned(ceil_div(rows, kZeroThreads / 32)));
+  vectors ? launch_kernel(zero_rows_kernel<uint4>, row_blocks, dim3(kZeroThreads), 0, stream, false, p, rows)
+          : launch_kernel(zero_rows_kernel<uint8_t>, row_blocks, dim3(kZeroThreads), 0, stream, false, p, rows);
+  const ScaleGrid grid = scale_grid(ScaleLayout::Swizzled, rows, p.nkb);
+  const int64_t runs = grid.rows * grid.cols / 16;  // whole 512-byte tiles: a multiple of 16 bytes
+  launch_kernel(zero_scale_words_kernel, dim3(unsigned(ceil_div(runs, kZeroThreads))), dim3(kZeroThreads), 0, stream,
+                false, p, runs);
   if (p.chunks == 0) return;
   launch_kernel(chunk_rank_kernel, dim3(unsigned(p.chunks)), dim3(32), counter_bytes, stream, false, p);
-  const bool vectors = is_aligned(problem.x, 16) && is_aligned(problem.permute_x, 16) && p.row_bytes % 16 == 0;
-  const dim3 grid(unsigned(problem.tokens));
-  vectors ? launch_kernel(copy_rows_kernel<uint4>, grid, dim3(kCopyThreads), 0, stream, false, p)
-          : launch_kernel(copy_rows_kernel<uint8_t>, grid, dim3(kCopyThreads), 0, stream, false, p);
+  const dim3 tokens(unsigned(problem.tokens));
+  vectors ? launch_kernel(copy_rows_kernel<uint4>, tokens, dim3(kCopyThreads), 0, stream, false, p)
+          : launch_kernel(copy_rows_kernel<uint8_t>, tokens, dim3(kCopyThreads), 0, stream, false, p);
 }
 
 }  // namespace fp4_gemm

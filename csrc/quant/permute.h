@@ -10,7 +10,8 @@
 // with out_scale swizzled (sf_offset) over experts * max_token_num rows and hidden / 32 blocks. The
 // token's scale bytes: broadcast mode (int32 [tokens, hidden / 512]) byte j of int32 column i,
 // little-endian, scales 128-element group 4i + j, so block kb reads byte kb / 4 of the row; direct
-// mode (uint8 [tokens, hidden / 32]) byte kb. Rows no slot lands on are not written.
+// mode (uint8 [tokens, hidden / 32]) byte kb. Rows no slot lands on are zero (values and scales):
+// every byte of permute_x and out_scale is written.
 //
 // Positions never depend on the order of atomics: per-chunk per-expert counts, an exclusive scan
 // over chunks, then each slot's stable rank inside its chunk.

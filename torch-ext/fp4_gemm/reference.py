@@ -611,7 +611,8 @@ def permute_into(
 ) -> None:
     """`permute_to_masked` op: each routed (token, slot) copies the token's row and its scale bytes to
     row expert * max_token_num + position; positions >= max_token_num are dropped (index -1) while
-    counts keep the true totals. Rows no slot lands on are not written."""
+    counts keep the true totals. Rows no slot lands on are zeroed (values and scale bytes): every
+    byte of permute_x and out_scale is written."""
     tokens, topk = topk_ids.shape
     hidden = x.shape[1]
     position, true_counts = routing_positions(topk_ids, num_experts)
@@ -619,6 +620,8 @@ def permute_into(
     index_map.copy_(torch.where(placed, position, -1).to(torch.int32))
     counts.copy_(true_counts.reshape(counts.shape).to(torch.int32))
 
+    permute_x.view(torch.uint8).zero_()
+    out_scale.zero_()
     total_rows = num_experts * max_token_num
     expert = topk_ids.long().clamp(0, num_experts - 1)
     dest = torch.where(placed, expert * max_token_num + position, total_rows).reshape(-1)  # spare row
@@ -754,11 +757,11 @@ def fused_swiglu_quant(
 def permute_outputs(
     x: torch.Tensor, topk_ids: torch.Tensor, num_local_experts: int, max_token_num: int
 ) -> tuple[torch.Tensor, ...]:
-    """Zero-filled outputs of prefill_permute_to_masked_gemm."""
+    """Outputs of prefill_permute_to_masked_gemm, uninitialized: the op writes every byte."""
     rows, hidden = num_local_experts * max_token_num, x.shape[1]
     return (
-        torch.zeros(rows, hidden, dtype=x.dtype, device=x.device),
-        torch.zeros(num_local_experts, max_token_num, hidden // 32, dtype=torch.uint8, device=x.device),
+        torch.empty(rows, hidden, dtype=x.dtype, device=x.device),
+        torch.empty(num_local_experts, max_token_num, hidden // 32, dtype=torch.uint8, device=x.device),
         torch.empty(topk_ids.shape, dtype=torch.int32, device=x.device),
         torch.empty(num_local_experts, 1, dtype=torch.int32, device=x.device),
     )
