@@ -188,11 +188,12 @@ __global__ void __launch_bounds__(kCopyThreads) copy_rows_kernel(const PermutePa
         }
       }
     }
-    for (int64_t i = threadIdx.x; i < staged * p.nkb; i += kCopyThreads) {
-      const int64_t j = i / p.nkb;
-      const int64_t kb = i - j * p.nkb;
-      const int64_t row = dest_rows[j];
-      if (row >= 0) p.out_scale[sf_offset(row, kb, p.nkt)] = __ldg(token_scales + (kb >> p.scale_shift));
+    for (int64_t kb = threadIdx.x; kb < p.nkb; kb += kCopyThreads) {
+      const uint8_t byte = __ldg(token_scales + (kb >> p.scale_shift));
+      for (int j = 0; j < staged; ++j) {
+        const int64_t row = dest_rows[j];
+        if (row >= 0) p.out_scale[sf_offset(row, kb, p.nkt)] = byte;
+      }
     }
     __syncthreads();  // dest_rows is restaged
   }
