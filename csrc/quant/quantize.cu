@@ -90,7 +90,9 @@ void launch(const QuantizeProblem& problem, cudaStream_t stream) {
   p.vector_stores = reinterpret_cast<uintptr_t>(problem.values) % (kBlockBytes < 16 ? kBlockBytes : 16) == 0;
 
   if (p.grid.rows == 0 || p.grid.cols == 0) return;
-  const MatrixLaunch shape = matrix_launch(p.grid.rows, p.grid.cols);
+  // Each thread walks kRowsPerThread rows of its column, so its setup is paid once for them.
+  constexpr int64_t kRowsPerThread = 4;
+  const MatrixLaunch shape = matrix_launch(ceil_div(p.grid.rows, kRowsPerThread), p.grid.cols);
   launch_kernel(quantize_kernel<Traits, T, kLayout>, shape.grid, shape.block, 0, stream, problem.pdl, p);
 }
 
