@@ -16,6 +16,7 @@
 //   5. zero_rows / zero_scale_words (after the scan, independent of 3 and 4): every row nothing
 //      lands on is zeroed, values and scale bytes, so each byte of the outputs is written exactly
 //      once and the caller need not zero-fill them first.
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -31,7 +32,7 @@ constexpr int kChunk = int(kPermuteChunkSlots);
 constexpr int kCountThreads = 256;
 constexpr int kScanThreads = 256;
 constexpr int kRankSteps = kChunk / 32;  // slots per lane of the ranking warp
-constexpr int kCopyThreads = 128;
+constexpr int kCopyThreads = 128;  // the most: short rows get fewer, so more tokens are in flight per SM
 constexpr int kCopyUnroll = 4;  // vectors in flight per thread
 constexpr int kZeroThreads = 256;
 static_assert(kChunk % kCountThreads == 0 && kChunk % 32 == 0, "whole steps per chunk");
@@ -153,14 +154,15 @@ __global__ void __launch_bounds__(kCopyThreads) copy_rows_kernel(const PermutePa
   griddep_wait();
   griddep_launch_dependents();
   __shared__ int64_t dest_rows[kCopyThreads];  // per staged slot: its row of permute_x, or -1
+  const int threads = int(blockDim.x);
   const int64_t token = blockIdx.x;
   const int64_t vectors = p.row_bytes / int64_t(sizeof(Vector));
   const Vector* src = reinterpret_cast<const Vector*>(p.x + token * p.row_bytes);
   const uint8_t* token_scales = p.scale + token * p.scale_row_bytes;
 
-  // Slots are staged kCopyThreads at a time (topk is usually far below that: one pass).
-  for (int64_t s0 = 0; s0 < p.topk; s0 += kCopyThreads) {
-    const int staged = int(p.topk - s0 < kCopyThreads ? p.topk - s0 : kCopyThreads);
+  // Slots are staged `threads` at a time (topk is usually far below that: one pass).
+  for (int64_t s0 = 0; s0 < p.topk; s0 += threads) {
+    const int staged = int(p.topk - s0 < threads ? p.topk - s0 : threads);
     int64_t dest = -1;
     if (int(threadIdx.x) < staged) {
       const int64_t slot = token * p.topk + s0 + threadIdx.x;
@@ -170,11 +172,11 @@ __global__ void __launch_bounds__(kCopyThreads) copy_rows_kernel(const PermutePa
     dest_rows[threadIdx.x] = dest;
     if (!__syncthreads_or(dest >= 0)) continue;  // no placed slot: the row is not even read
 
-    for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += kCopyThreads * kCopyUnroll) {
+    for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += threads * kCopyUnroll) {
       Vector data[kCopyUnroll];
 #pragma unroll
       for (int u = 0; u < kCopyUnroll; ++u) {
-        const int64_t v = v0 + u * kCopyThreads;
+        const int64_t v = v0 + u * threads;
         if (v < vectors) data[u] = __ldg(src + v);
       }
       for (int j = 0; j < staged; ++j) {
@@ -183,12 +185,12 @@ __global__ void __launch_bounds__(kCopyThreads) copy_rows_kernel(const PermutePa
         Vector* dst = reinterpret_cast<Vector*>(p.permute_x + row * p.row_bytes);
 #pragma unroll
         for (int u = 0; u < kCopyUnroll; ++u) {
-          const int64_t v = v0 + u * kCopyThreads;
+          const int64_t v = v0 + u * threads;
           if (v < vectors) dst[v] = data[u];
         }
       }
     }
-    for (int64_t kb = threadIdx.x; kb < p.nkb; kb += kCopyThreads) {
+    for (int64_t kb = threadIdx.x; kb < p.nkb; kb += threads) {
       const uint8_t byte = __ldg(token_scales + (kb >> p.scale_shift));
       for (int j = 0; j < staged; ++j) {
         const int64_t row = dest_rows[j];
@@ -282,8 +284,11 @@ void permute_to_masked(const PermuteProblem& problem, cudaStream_t stream) {
   if (p.chunks == 0) return;
   launch_kernel(chunk_rank_kernel, dim3(unsigned(p.chunks)), dim3(32), counter_bytes, stream, false, p);
   const dim3 tokens(unsigned(problem.tokens));
-  vectors ? launch_kernel(copy_rows_kernel<uint4>, tokens, dim3(kCopyThreads), 0, stream, false, p)
-          : launch_kernel(copy_rows_kernel<uint8_t>, tokens, dim3(kCopyThreads), 0, stream, false, p);
+  // Enough threads for one unrolled pass over a row, in whole warps: 64 for 4 KB rows, 128 from 8 KB.
+  const int64_t row_vectors = vectors ? p.row_bytes / 16 : p.row_bytes;
+  const dim3 threads(unsigned(std::clamp<int64_t>(ceil_div(row_vectors, 32 * kCopyUnroll) * 32, 32, kCopyThreads)));
+  vectors ? launch_kernel(copy_rows_kernel<uint4>, tokens, threads, 0, stream, false, p)
+          : launch_kernel(copy_rows_kernel<uint8_t>, tokens, threads, 0, stream, false, p);
 }
 
 }  // namespace fp4_gemm
