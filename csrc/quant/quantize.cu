@@ -47,12 +47,6 @@ __device__ __forceinline__ void load_block(const QuantizeParams<T>& p, int64_t r
   }
 }
 
-// Rows each thread walks in its block column. The 4-bit recipes are short of issue slots, so a
-// thread pays its setup once for four rows (H200: NVFP4 0.74 -> 0.82 of copy bandwidth); MXFP8 is
-// short of loads in flight, and keeps one row a thread (0.90, against 0.81 at four).
-template <class Traits>
-constexpr int64_t kRowsPerThread = Traits::kElement == ElementCodec::E4M3 ? 1 : 4;
-
 template <class Traits, class T, ScaleLayout kLayout>
 __global__ void __launch_bounds__(kMatrixThreads) quantize_kernel(const QuantizeParams<T> p) {
   griddep_wait();

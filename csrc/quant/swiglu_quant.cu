@@ -83,7 +83,7 @@ void launch(const SwigluQuantProblem& problem, cudaStream_t stream) {
 
   if (p.grid.rows == 0 || p.grid.cols == 0) return;
   p.rows_per_group = problem.rows / problem.groups;  // > 0 here: rows > 0 is a multiple of groups
-  const MatrixLaunch shape = matrix_launch(p.grid.rows, p.grid.cols);
+  const MatrixLaunch shape = matrix_launch(ceil_div(p.grid.rows, kRowsPerThread<Traits>), p.grid.cols);
   // The op has no pdl argument: launch without programmatic dependent launch.
   launch_kernel(swiglu_quant_kernel<Traits>, shape.grid, shape.block, 0, stream, false, p);
 }
