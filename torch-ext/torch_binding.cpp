@@ -198,11 +198,9 @@ void permute_to_masked_cuda(const at::Tensor& x, const at::Tensor& scale, const 
                   on_x_device(index_map) && on_x_device(counts),
               "fp4_gemm.permute_to_masked: every tensor must be on x's device");
   const c10::cuda::CUDAGuard guard(x.device());
-  // Per-chunk counters and each row's source token, from the caching allocator: stream-ordered, so
-  // this works inside CUDA graphs.
-  const int64_t workspace_elements =
-      fp4_gemm::permute_workspace_elements(topk_ids.numel(), num_experts, max_token_num);
-  const at::Tensor workspace = at::empty({workspace_elements}, topk_ids.options().dtype(at::kInt));
+  // Per-chunk counters from the caching allocator: stream-ordered, so this works inside CUDA graphs.
+  const at::Tensor workspace = at::empty({fp4_gemm::permute_workspace_elements(topk_ids.numel(), num_experts)},
+                                         topk_ids.options().dtype(at::kInt));
   fp4_gemm::PermuteProblem problem;
   problem.x = x.data_ptr();
   problem.tokens = tokens;

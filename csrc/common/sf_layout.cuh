@@ -28,6 +28,13 @@ __host__ __device__ constexpr int64_t sf_offset(int64_t m, int64_t kb, int64_t n
          ((m % kSfTileRows) / 32) * 4 + kb % kSfTileCols;
 }
 
+// The row m whose scales sit at byte `offset` of a swizzled buffer with `nkt` K tiles (sf_offset's
+// inverse in m).
+__host__ __device__ constexpr int64_t sf_row(int64_t offset, int64_t nkt) {
+  const int64_t in_tile = offset % kSfTileBytes;
+  return offset / kSfTileBytes / nkt * kSfTileRows + (in_tile % 16) / kSfTileCols * 32 + in_tile / 16;
+}
+
 // Extent of the scale grid a buffer stores, padding included: swizzled buffers hold whole tiles.
 struct ScaleGrid {
   int64_t rows;

@@ -9,13 +9,13 @@
 //   3. chunk_rank: one warp per chunk walks the chunk in order, 32 slots a step: __match_any_sync
 //      groups the lanes of one expert, a slot's position is the expert's next position plus the
 //      number of same-expert lanes before it, and the group's last lane advances the expert's
-//      counter (shared memory, no atomics). Writes index_map, and for each placed slot its token
-//      into the row's entry of the workspace's source map.
-//   4. gather_rows: one warp per row of permute_x writes the row once, its token's row (16-byte
-//      accesses when x and permute_x allow) or zeros when nobody lands on it, and the row's scale
-//      bytes. Every byte of the outputs is written exactly once, rows in order. Blocks take the
-//      same positions of all experts together: an expert's positions follow token order, so those
-//      rows read nearby tokens, which a token's other slots have just brought into L2.
+//      counter (shared memory, no atomics). Writes index_map.
+//   4. copy_rows: one block per token reads the token's row once (16-byte loads when x and
+//      permute_x allow) and stores it to every row its placed slots land on, then writes those
+//      rows' scale bytes. Tokens with no placed slot read nothing.
+//   5. zero_rows / zero_scale_words (after the scan, independent of 3 and 4): every row nothing
+//      lands on is zeroed, values and scale bytes, so each byte of the outputs is written exactly
+//      once and the caller need not zero-fill them first.
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -32,8 +32,9 @@ constexpr int kChunk = int(kPermuteChunkSlots);
 constexpr int kCountThreads = 256;
 constexpr int kScanThreads = 256;
 constexpr int kRankSteps = kChunk / 32;  // slots per lane of the ranking warp
-constexpr int kGatherThreads = 256;  // one row per warp
-constexpr int kGatherUnroll = 4;     // vectors in flight per lane
+constexpr int kCopyThreads = 128;  // the most: short rows get fewer, so more tokens are in flight per SM
+constexpr int kCopyUnroll = 4;  // vectors in flight per thread
+constexpr int kZeroThreads = 256;
 static_assert(kChunk % kCountThreads == 0 && kChunk % 32 == 0, "whole steps per chunk");
 
 struct PermuteParams {
@@ -46,11 +47,11 @@ struct PermuteParams {
   int64_t slots, topk, experts, max_token_num, chunks;
   uint8_t* permute_x;
   uint8_t* out_scale;
-  int64_t nkb, nkt, scale_rows;  // scale_rows: the swizzled grid's rows (experts * max_token_num, padded)
+  bool scale_words_aligned;  // out_scale may be written 4 bytes at a time
+  int64_t nkb, nkt;
   int32_t* index_map;
   int32_t* counts;
-  int32_t* workspace;  // [chunks, experts] counters, then [experts * max_token_num] source tokens
-  int32_t* sources;    // the workspace's source map: a placed row's token (other entries unread)
+  int32_t* workspace;  // [chunks, experts]
 };
 
 // A slot's expert, or -1 for ids outside [0, experts) and for slots past the end (the last chunk).
@@ -144,64 +145,97 @@ __global__ void __launch_bounds__(32) chunk_rank_kernel(const PermuteParams p) {
     if (expert >= 0 && (peers >> lane) == 1u) next_position[expert] = position + 1;
     __syncwarp();
     const int64_t slot = first + i * 32 + lane;
-    const bool placed = position >= 0 && position < p.max_token_num;
-    if (slot < p.slots) p.index_map[slot] = placed ? position : -1;
-    if (placed) p.sources[expert * p.max_token_num + position] = int32_t(slot / p.topk);
+    if (slot < p.slots) p.index_map[slot] = position < p.max_token_num ? position : -1;
   }
 }
 
-// The token landing on a row, or -1 when nobody does: expert e's first min(counts[e],
-// max_token_num) rows are filled, in position order.
-__device__ __forceinline__ int64_t source_of(const PermuteParams& p, int64_t expert, int64_t position) {
-  const bool filled = position < __ldg(p.counts + expert);
-  return filled ? __ldg(p.sources + expert * p.max_token_num + position) : -1;
-}
-
-// Grid (experts, position blocks): block (e, b) takes rows e * max_token_num + b * 8 + warp, and
-// so on by the grid's height.
 template <class Vector>
-__global__ void __launch_bounds__(kGatherThreads) gather_rows_kernel(const PermuteParams p) {
+__global__ void __launch_bounds__(kCopyThreads) copy_rows_kernel(const PermuteParams p) {
   griddep_wait();
   griddep_launch_dependents();
-  constexpr int kWarps = kGatherThreads / 32;
-  const int lane = threadIdx.x % 32;
-  const int64_t expert = blockIdx.x;
+  __shared__ int64_t dest_rows[kCopyThreads];  // per staged slot: its row of permute_x, or -1
+  const int threads = int(blockDim.x);
+  const int64_t token = blockIdx.x;
   const int64_t vectors = p.row_bytes / int64_t(sizeof(Vector));
-  for (int64_t position = int64_t(blockIdx.y) * kWarps + threadIdx.x / 32; position < p.max_token_num;
-       position += int64_t(gridDim.y) * kWarps) {
-    const int64_t row = expert * p.max_token_num + position;
-    const int64_t token = source_of(p, expert, position);
-    const Vector* src = reinterpret_cast<const Vector*>(p.x + (token < 0 ? 0 : token) * p.row_bytes);
-    Vector* dst = reinterpret_cast<Vector*>(p.permute_x + row * p.row_bytes);
-    for (int64_t v0 = lane; v0 < vectors; v0 += 32 * kGatherUnroll) {
-      Vector data[kGatherUnroll];
+  const Vector* src = reinterpret_cast<const Vector*>(p.x + token * p.row_bytes);
+  const uint8_t* token_scales = p.scale + token * p.scale_row_bytes;
+
+  // Slots are staged `threads` at a time (topk is usually far below that: one pass).
+  for (int64_t s0 = 0; s0 < p.topk; s0 += threads) {
+    const int staged = int(p.topk - s0 < threads ? p.topk - s0 : threads);
+    int64_t dest = -1;
+    if (int(threadIdx.x) < staged) {
+      const int64_t slot = token * p.topk + s0 + threadIdx.x;
+      const int32_t position = __ldg(p.index_map + slot);  // -1 unless placed
+      if (position >= 0) dest = __ldg(p.topk_ids + slot) * p.max_token_num + position;
+    }
+    dest_rows[threadIdx.x] = dest;
+    if (!__syncthreads_or(dest >= 0)) continue;  // no placed slot: the row is not even read
+
+    for (int64_t v0 = threadIdx.x; v0 < vectors; v0 += threads * kCopyUnroll) {
+      Vector data[kCopyUnroll];
 #pragma unroll
-      for (int u = 0; u < kGatherUnroll; ++u) {
-        const int64_t v = v0 + u * 32;
-        data[u] = token >= 0 && v < vectors ? __ldg(src + v) : Vector{};
+      for (int u = 0; u < kCopyUnroll; ++u) {
+        const int64_t v = v0 + u * threads;
+        if (v < vectors) data[u] = __ldg(src + v);
       }
+      for (int j = 0; j < staged; ++j) {
+        const int64_t row = dest_rows[j];
+        if (row < 0) continue;
+        Vector* dst = reinterpret_cast<Vector*>(p.permute_x + row * p.row_bytes);
 #pragma unroll
-      for (int u = 0; u < kGatherUnroll; ++u) {
-        if (v0 + u * 32 < vectors) dst[v0 + u * 32] = data[u];
+        for (int u = 0; u < kCopyUnroll; ++u) {
+          const int64_t v = v0 + u * threads;
+          if (v < vectors) dst[v] = data[u];
+        }
       }
     }
-    const uint8_t* token_scales = p.scale + (token < 0 ? 0 : token) * p.scale_row_bytes;
-    for (int64_t kb = lane; kb < p.nkb; kb += 32) {
-      p.out_scale[sf_offset(row, kb, p.nkt)] = token >= 0 ? __ldg(token_scales + (kb >> p.scale_shift)) : 0;
+    for (int64_t kb = threadIdx.x; kb < p.nkb; kb += threads) {
+      const uint8_t byte = __ldg(token_scales + (kb >> p.scale_shift));
+      for (int j = 0; j < staged; ++j) {
+        const int64_t row = dest_rows[j];
+        if (row >= 0) p.out_scale[sf_offset(row, kb, p.nkt)] = byte;
+      }
     }
+    __syncthreads();  // dest_rows is restaged
   }
 }
 
-// The scale grid's padding rows past experts * max_token_num (when that is not a multiple of 128):
-// zero, one thread per byte.
-__global__ void __launch_bounds__(kGatherThreads) zero_padding_scales_kernel(const PermuteParams p) {
+// Whether a row of permute_x receives a slot: expert e's first min(counts[e], max_token_num) rows.
+__device__ __forceinline__ bool row_is_filled(const PermuteParams& p, int64_t row) {
+  const int64_t expert = row / p.max_token_num;
+  return expert < p.experts && row - expert * p.max_token_num < __ldg(p.counts + expert);
+}
+
+// One warp per row of permute_x: unfilled rows are zeroed, filled ones left to copy_rows.
+template <class Vector>
+__global__ void __launch_bounds__(kZeroThreads) zero_rows_kernel(const PermuteParams p, int64_t rows) {
   griddep_wait();
   griddep_launch_dependents();
-  const int64_t rows = p.experts * p.max_token_num;
-  const int64_t cols = p.nkt * kSfTileCols;
-  const int64_t i = int64_t(blockIdx.x) * kGatherThreads + threadIdx.x;
-  if (i >= (p.scale_rows - rows) * cols) return;
-  p.out_scale[sf_offset(rows + i / cols, i % cols, p.nkt)] = 0;
+  const int64_t row = int64_t(blockIdx.x) * (kZeroThreads / 32) + threadIdx.x / 32;
+  if (row >= rows || row_is_filled(p, row)) return;
+  Vector* dst = reinterpret_cast<Vector*>(p.permute_x + row * p.row_bytes);
+  for (int64_t v = threadIdx.x % 32; v < p.row_bytes / int64_t(sizeof(Vector)); v += 32) dst[v] = Vector{};
+}
+
+// One thread per 16-byte run of the swizzled scales: each of its four words is one row's 4 blocks
+// of a K tile (sf_offset), zeroed unless the row is filled (padding rows of the last tile included).
+__global__ void __launch_bounds__(kZeroThreads) zero_scale_words_kernel(const PermuteParams p, int64_t runs) {
+  griddep_wait();
+  griddep_launch_dependents();
+  const int64_t run = int64_t(blockIdx.x) * kZeroThreads + threadIdx.x;
+  if (run >= runs) return;
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    const int64_t offset = (run * 4 + w) * kSfTileCols;
+    if (row_is_filled(p, sf_row(offset, p.nkt))) continue;
+    if (p.scale_words_aligned) {
+      *reinterpret_cast<uint32_t*>(p.out_scale + offset) = 0;
+    } else {
+#pragma unroll
+      for (int i = 0; i < kSfTileCols; ++i) p.out_scale[offset + i] = 0;
+    }
+  }
 }
 
 }  // namespace
@@ -225,14 +259,12 @@ void permute_to_masked(const PermuteProblem& problem, cudaStream_t stream) {
   p.chunks = ceil_div(p.slots, kChunk);
   p.permute_x = static_cast<uint8_t*>(problem.permute_x);
   p.out_scale = problem.out_scale;
+  p.scale_words_aligned = is_aligned(problem.out_scale, 4);
   p.nkb = problem.hidden / 32;
   p.nkt = sf_k_tiles(p.nkb);
-  const int64_t rows = p.experts * p.max_token_num;
-  p.scale_rows = scale_grid(ScaleLayout::Swizzled, rows, p.nkb).rows;
   p.index_map = problem.index_map;
   p.counts = problem.counts;
   p.workspace = problem.workspace;
-  p.sources = problem.workspace + p.chunks * p.experts;
 
   // The op has no pdl argument: every launch is without programmatic dependent launch.
   const size_t counter_bytes = size_t(p.experts) * sizeof(int32_t);
@@ -240,19 +272,23 @@ void permute_to_masked(const PermuteProblem& problem, cudaStream_t stream) {
     launch_kernel(chunk_count_kernel, dim3(unsigned(p.chunks)), dim3(kCountThreads), counter_bytes, stream, false, p);
   }
   launch_kernel(chunk_scan_kernel, dim3(unsigned(p.experts)), dim3(kScanThreads), 0, stream, false, p);
-  if (p.chunks > 0) {
-    launch_kernel(chunk_rank_kernel, dim3(unsigned(p.chunks)), dim3(32), counter_bytes, stream, false, p);
-  }
   const bool vectors = is_aligned(problem.x, 16) && is_aligned(problem.permute_x, 16) && p.row_bytes % 16 == 0;
-  const int64_t position_blocks = ceil_div(p.max_token_num, kGatherThreads / 32);
-  const dim3 grid(unsigned(p.experts), unsigned(std::min<int64_t>(position_blocks, 65535)));
-  vectors ? launch_kernel(gather_rows_kernel<uint4>, grid, dim3(kGatherThreads), 0, stream, false, p)
-          : launch_kernel(gather_rows_kernel<uint8_t>, grid, dim3(kGatherThreads), 0, stream, false, p);
-  const int64_t padding = (p.scale_rows - rows) * p.nkt * kSfTileCols;
-  if (padding > 0) {
-    launch_kernel(zero_padding_scales_kernel, dim3(unsigned(ceil_div(padding, kGatherThreads))),
-                  dim3(kGatherThreads), 0, stream, false, p);
-  }
+  const int64_t rows = p.experts * p.max_token_num;
+  const dim3 row_blocks(unsigned(ceil_div(rows, kZeroThreads / 32)));
+  vectors ? launch_kernel(zero_rows_kernel<uint4>, row_blocks, dim3(kZeroThreads), 0, stream, false, p, rows)
+          : launch_kernel(zero_rows_kernel<uint8_t>, row_blocks, dim3(kZeroThreads), 0, stream, false, p, rows);
+  const ScaleGrid grid = scale_grid(ScaleLayout::Swizzled, rows, p.nkb);
+  const int64_t runs = grid.rows * grid.cols / 16;  // whole 512-byte tiles: a multiple of 16 bytes
+  launch_kernel(zero_scale_words_kernel, dim3(unsigned(ceil_div(runs, kZeroThreads))), dim3(kZeroThreads), 0, stream,
+                false, p, runs);
+  if (p.chunks == 0) return;
+  launch_kernel(chunk_rank_kernel, dim3(unsigned(p.chunks)), dim3(32), counter_bytes, stream, false, p);
+  const dim3 tokens(unsigned(problem.tokens));
+  // Enough threads for one unrolled pass over a row, in whole warps: 64 for 4 KB rows, 128 from 8 KB.
+  const int64_t row_vectors = vectors ? p.row_bytes / 16 : p.row_bytes;
+  const dim3 threads(unsigned(std::clamp<int64_t>(ceil_div(row_vectors, 32 * kCopyUnroll) * 32, 32, kCopyThreads)));
+  vectors ? launch_kernel(copy_rows_kernel<uint4>, tokens, threads, 0, stream, false, p)
+          : launch_kernel(copy_rows_kernel<uint8_t>, tokens, threads, 0, stream, false, p);
 }
 
 }  // namespace fp4_gemm

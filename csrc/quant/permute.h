@@ -43,14 +43,12 @@ struct PermuteProblem {
   uint8_t* out_scale;        // swizzled over experts * max_token_num rows x hidden / 32 blocks
   int32_t* index_map;        // [tokens, topk]
   int32_t* counts;           // [experts]
-  int32_t* workspace;        // permute_workspace_elements(tokens * topk, experts, max_token_num) int32,
-                             // any content
+  int32_t* workspace;        // permute_workspace_elements(tokens * topk, experts) int32, any content
 };
 
-// int32 elements of scratch the op needs: one counter per (chunk of slots, expert), then each row's
-// source token.
-constexpr int64_t permute_workspace_elements(int64_t slots, int64_t experts, int64_t max_token_num) {
-  return (slots + kPermuteChunkSlots - 1) / kPermuteChunkSlots * experts + experts * max_token_num;
+// int32 elements of scratch the op needs: one counter per (chunk of slots, expert).
+constexpr int64_t permute_workspace_elements(int64_t slots, int64_t experts) {
+  return (slots + kPermuteChunkSlots - 1) / kPermuteChunkSlots * experts;
 }
 
 void permute_to_masked(const PermuteProblem& problem, cudaStream_t stream);
