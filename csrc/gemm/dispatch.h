@@ -12,6 +12,9 @@ namespace fp4_gemm {
 // problem; nullptr when none does (the op then runs the reference).
 const GemmBackend* find_gemm_backend(const GemmProblem& problem, int cc);
 
+// Compute capability of the current CUDA device (major * 10 + minor).
+int current_device_cc();
+
 // Whether a backend of `arch` has code for compute capability `cc`: portable backends everywhere,
 // arch sections on their own capability only.
 bool arch_runs_on(GemmArch arch, int cc);

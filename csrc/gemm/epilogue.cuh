@@ -24,6 +24,7 @@ __device__ __forceinline__ float load_as_float(const void* base, FloatType type,
 }
 
 __device__ __forceinline__ FloatType out_float_type(const GemmEpilogue& e) {
+  if (e.out_format == OutFormat::Fp32) return FloatType::Fp32;
   return e.out_format == OutFormat::Fp16 ? FloatType::Fp16 : FloatType::Bf16;
 }
 
@@ -55,13 +56,21 @@ __device__ __forceinline__ float epilogue_value(const GemmEpilogue& e, float acc
   return activate(e.activation, y);
 }
 
-// Stores two adjacent outputs (n, n + 1) of a 16-bit output, as one 4-byte store when both exist
-// and the address allows it.
+// Stores two adjacent outputs (n, n + 1, n even), as one store when both exist and the address
+// allows it (out aligned to two elements).
 __device__ __forceinline__ void store_pair(const GemmEpilogue& e, int64_t m, int64_t n, int64_t width, float y0,
                                            float y1) {
   const int64_t i = m * width + n;
   const bool both = n + 1 < width;
-  if (e.out_format == OutFormat::Fp16) {
+  if (e.out_format == OutFormat::Fp32) {
+    auto* out = static_cast<float*>(e.out);
+    if (both && (width % 2 == 0)) {
+      *reinterpret_cast<float2*>(out + i) = make_float2(y0, y1);
+      return;
+    }
+    out[i] = y0;
+    if (both) out[i + 1] = y1;
+  } else if (e.out_format == OutFormat::Fp16) {
     auto* out = static_cast<__half*>(e.out);
     if (both && (width % 2 == 0)) {
       *reinterpret_cast<__half2*>(out + i) = __floats2half2_rn(y0, y1);

@@ -28,8 +28,9 @@ enum class Grouping : int { Dense = 0, Batched = 1, Contiguous = 2, Masked = 3 }
 // Geglu: weight rows 2j (gate) and 2j + 1 (up) give out[:, j] = gelu(y[:, 2j]) * y[:, 2j + 1].
 enum class Activation : int { None = 0, Gelu = 1, Relu2 = 2, Geglu = 3 };
 
-// Nvfp4FromFp16 rounds the epilogue result to fp16 before quantizing it.
-enum class OutFormat : int { Bf16 = 0, Fp16 = 1, Nvfp4 = 2, Nvfp4FromFp16 = 3 };
+// Nvfp4FromFp16 rounds the epilogue result to fp16 before quantizing it. Fp32 is never a public
+// output: it is the stage the staged backend has another backend write (staged.h).
+enum class OutFormat : int { Bf16 = 0, Fp16 = 1, Nvfp4 = 2, Nvfp4FromFp16 = 3, Fp32 = 4 };
 
 // The public function's schedule request. Auto lets dispatch choose; the others name a tier of
 // the flashrt-style API. None of them changes the result.
@@ -56,7 +57,7 @@ struct GemmEpilogue {
   bool bias_per_group = false;
   const void* residual = nullptr;  // [M, N] of the output's dtype
   Activation activation = Activation::None;
-  void* out = nullptr;  // [M, N_out] bf16/fp16, or packed E2M1 [M, N_out / 2]
+  void* out = nullptr;  // [M, N_out] bf16/fp16/float32, or packed E2M1 [M, N_out / 2]
   uint8_t* out_scales = nullptr;  // swizzled UE4M3 scales of an NVFP4 output
   OutFormat out_format = OutFormat::Bf16;
 };
@@ -83,6 +84,9 @@ struct GemmProblem {
   void* workspace = nullptr;  // the caller's (the M >= 512 tier's workspace argument)
   int64_t workspace_bytes = 0;
   bool pdl = false;
+  // The compute capability find_gemm_backend matches backends for (it sets this on the problem it
+  // hands to supports()), so that a backend which dispatches in turn asks for the same device.
+  int cc = 0;
   // Scratch the binding allocates for the serving backend (GemmBackend::scratch_bytes) from the
   // stream-ordered caching allocator, so graph capture and concurrent streams stay safe. Not zeroed.
   void* scratch = nullptr;

@@ -25,7 +25,9 @@ int64_t row_bytes(OperandFormat format, int64_t k) { return k * element_bits(for
 bool supports(const GemmProblem& p) {
   const GemmEpilogue& e = p.epilogue;
   if (p.grouping != Grouping::Dense || p.groups != 1 || p.b_interleaved) return false;
-  if (e.out_format != OutFormat::Bf16 && e.out_format != OutFormat::Fp16) return false;
+  if (e.out_format != OutFormat::Bf16 && e.out_format != OutFormat::Fp16 && e.out_format != OutFormat::Fp32) {
+    return false;
+  }
   if (e.activation == Activation::Geglu || e.bias_per_group || e.alpha_count > 1) return false;
   if (!operand_pair_supported(p.a.format, p.b.format)) return false;
   if (p.m < 1 || p.n < 1 || p.k < 1 || p.m > INT32_MAX || p.n > INT32_MAX) return false;
@@ -33,8 +35,9 @@ bool supports(const GemmProblem& p) {
   if (row_bytes(p.a.format, p.k) % 16 != 0 || row_bytes(p.b.format, p.k) % 16 != 0) return false;
   if (!is_aligned(p.a.values, 16) || !is_aligned(p.b.values, 16)) return false;
   if (!is_aligned(p.a.scales, 16) || !is_aligned(p.b.scales, 16)) return false;
-  // Paired 16-bit stores and loads.
-  return is_aligned(e.out, 4) && (e.residual == nullptr || is_aligned(e.residual, 4));
+  // Paired stores and loads.
+  const size_t pair_bytes = e.out_format == OutFormat::Fp32 ? 8 : 4;
+  return is_aligned(e.out, pair_bytes) && (e.residual == nullptr || is_aligned(e.residual, pair_bytes));
 }
 
 int device_sm_count() {
