@@ -84,3 +84,31 @@ def assert_within_bound(out: torch.Tensor, ref: torch.Tensor, a: torch.Tensor, b
     err = torch.where(nan, 0.0, (out.double() - ref).abs())
     worst = (err - bound).max().item()
     assert worst <= 0, f"{what}: error exceeds the bound by {worst:.3g} (max err {err.max().item():.3g})"
+
+
+def nvfp4_block_scales(ref, scales: torch.Tensor, m: int, n: int) -> torch.Tensor:
+    """The float64 scale of every element of an [m, n] NVFP4 output (each block's, repeated 16 times)."""
+    return ref.decode_ue4m3(ref.unswizzle_scales(scales.cpu(), m, n // 16)).double().repeat_interleave(16, dim=1)
+
+
+def assert_nvfp4_output_within_bound(ref, packed, scales, expected: torch.Tensor, what: str) -> None:
+    """A dequantized NVFP4 output against float64 expectations: one code step of slack per block
+    (docs/FORMATS.md: quantized outputs are compared after dequantization, plus one code step)."""
+    m, n = expected.shape
+    got = ref.dequantize(packed.cpu(), scales.cpu(), ref.NVFP4).reshape(m, n).double()
+    step = 2.0 * nvfp4_block_scales(ref, scales, m, n)  # the widest E2M1 step (4 -> 6) times the block scale
+    err = (got - expected).abs()
+    assert (err <= step + 1e-6 * expected.abs()).all(), f"{what}: max error {err.max().item():.3g}"
+
+
+def assert_nvfp4_outputs_close(ref, got: tuple, expected: tuple, what: str) -> None:
+    """Two NVFP4 results of one GEMM whose float32 results differ by summation order: dequantized,
+    within one code step at the larger of their block scales, NaN where and only where expected."""
+    (got_packed, got_scales), (packed, scales) = got, expected
+    m, n = packed.shape[0], packed.shape[1] * 2
+    a = ref.dequantize(got_packed.cpu(), got_scales.cpu(), ref.NVFP4).reshape(m, n).double()
+    b = ref.dequantize(packed.cpu(), scales.cpu(), ref.NVFP4).reshape(m, n).double()
+    assert torch.equal(a.isnan(), b.isnan()), f"{what}: NaN positions differ"
+    step = 2.0 * torch.maximum(nvfp4_block_scales(ref, got_scales, m, n), nvfp4_block_scales(ref, scales, m, n))
+    finite = ~b.isnan()
+    assert bool(((a - b).abs() <= step)[finite].all()), f"{what}: more than one code step apart"

@@ -1,7 +1,7 @@
 """The whole public surface: forty functions, the specs' signatures, CPU == reference, CUDA == CPU
-(bit for bit; GEMM float outputs within a float32-accumulation tolerance, since native GEMMs sum in
-a different order: tests/test_gemm_*.py hold them to the exact docs/FORMATS.md bound), and every
-function traces under torch.compile(fullgraph=True)."""
+(bit for bit; GEMM float outputs within a float32-accumulation tolerance and NVFP4 outputs within
+one code step, since native GEMMs sum in a different order: tests/test_gemm_*.py hold them to the
+exact docs/FORMATS.md bound), and every function traces under torch.compile(fullgraph=True)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import inspect
 import pytest
 import torch
 from api_cases import CASES, make_call, outcome
-from checks import assert_same_results, ulp
+from checks import assert_nvfp4_outputs_close, assert_same_results, ulp
 
 HALOPS = [
     "group_wise_quant",
@@ -78,13 +78,16 @@ def assert_gemm_close(got: object, expected: object, what: str) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", CALLABLE)
 def test_cuda_call_matches_cpu_call(fp4, device, name):
-    compare = assert_gemm_close if fp4._capabilities.FUNCTION_OPS.get(name) == "gemm" else assert_same_results
+    gemm = fp4._capabilities.FUNCTION_OPS.get(name) == "gemm"
+    compare = assert_gemm_close if gemm else assert_same_results
     for seed in (0, 1):
         args, kwargs = make_call(name, device, seed)
         got = outcome(name, getattr(fp4, name)(*args, **kwargs), args)
         args, kwargs = make_call(name, "cpu", seed)
         expected = outcome(name, getattr(fp4, name)(*args, **kwargs), args)
-        if isinstance(expected, tuple):
+        if gemm and isinstance(expected, tuple):  # an NVFP4 output: (packed, scales)
+            assert_nvfp4_outputs_close(fp4.reference, got, expected, f"{name} seed={seed}")
+        elif isinstance(expected, tuple):
             for i, (g, e) in enumerate(zip(got, expected, strict=True)):
                 compare(g, e, f"{name} seed={seed} [{i}]")
         else:

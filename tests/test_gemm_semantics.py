@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from api_cases import mode_operand, nvfp4_operand
-from checks import assert_within_bound
+from checks import assert_nvfp4_output_within_bound, assert_within_bound
 
 pytestmark = pytest.mark.kernels_ci
 
@@ -131,20 +131,6 @@ def test_nvfp4_gemm_bias_gelu_bf16_is_exact_erf_gelu(fp4, ref):
     expected = gelu64(2.0 * rows_matmul(a_dq, b_dq) + bias.double())
     # GELU's slope is at most ~1.13: the input bound carries over with that factor
     assert_within_bound(out, expected, a_dq * 1.13, b_dq, "bias+gelu")
-
-
-def dequantized_output(ref, packed, scales, m, n):
-    return ref.dequantize(packed, scales, ref.NVFP4).reshape(m, n)
-
-
-def assert_nvfp4_output_within_bound(ref, packed, scales, expected, what):
-    """Dequantized NVFP4 output against float64 expectations: one code step of slack per block."""
-    m, n = expected.shape
-    got = dequantized_output(ref, packed, scales, m, n).double()
-    block_scale = ref.decode_ue4m3(ref.unswizzle_scales(scales, m, n // 16)).double().repeat_interleave(16, dim=1)
-    step = 2.0 * block_scale  # the widest E2M1 step (4 -> 6) times the block scale
-    err = (got - expected).abs()
-    assert (err <= step + 1e-6 * expected.abs()).all(), f"{what}: max error {err.max().item():.3g}"
 
 
 def test_nvfp4_gemm_nvfp4_quantizes_the_float32_result(fp4, ref):
