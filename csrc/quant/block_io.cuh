@@ -32,18 +32,22 @@ __device__ __forceinline__ void unpack_words(const uint32_t* words, float* x) {
   }
 }
 
+// n 4-byte lanes (words or floats) from src by 16-byte loads; src 16-byte aligned.
+template <int n, class Lane>
+__device__ __forceinline__ void load_lanes(const void* src, Lane* lanes) {
+  static_assert(sizeof(Lane) == 4 && n % 4 == 0, "whole 16-byte loads of 4-byte lanes");
+#pragma unroll
+  for (int v = 0; v < n / 4; ++v) {
+    const uint4 chunk = __ldg(static_cast<const uint4*>(src) + v);
+    memcpy(lanes + 4 * v, &chunk, sizeof(chunk));
+  }
+}
+
 // G elements from src as words: 16-byte loads when `vector` (src 16-byte aligned), else one by one.
 template <int G, class T>
 __device__ __forceinline__ void load_words(const T* src, bool vector, uint32_t* words) {
   if (vector) {
-#pragma unroll
-    for (int v = 0; v < G / 8; ++v) {
-      const uint4 chunk = __ldg(reinterpret_cast<const uint4*>(src) + v);
-      words[4 * v] = chunk.x;
-      words[4 * v + 1] = chunk.y;
-      words[4 * v + 2] = chunk.z;
-      words[4 * v + 3] = chunk.w;
-    }
+    load_lanes<G / 2>(src, words);
     return;
   }
   const uint16_t* halves = reinterpret_cast<const uint16_t*>(src);

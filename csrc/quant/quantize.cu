@@ -55,14 +55,7 @@ template <int G>
 __device__ __forceinline__ void load_block(const QuantizeParams<float>& p, int64_t row, int64_t col0, float* x) {
   const float* src = p.input + row * p.in_cols + col0;
   if (row < p.in_rows && col0 + G <= p.in_cols && p.vector_loads) {
-#pragma unroll
-    for (int v = 0; v < G / 4; ++v) {
-      const float4 chunk = __ldg(reinterpret_cast<const float4*>(src) + v);
-      x[4 * v] = chunk.x;
-      x[4 * v + 1] = chunk.y;
-      x[4 * v + 2] = chunk.z;
-      x[4 * v + 3] = chunk.w;
-    }
+    load_lanes<G>(src, x);
     return;
   }
 #pragma unroll
