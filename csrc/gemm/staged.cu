@@ -1,18 +1,19 @@
 // Outputs no kernel writes directly, through a stage: NVFP4 outputs and GeGLU (docs/FORMATS.md,
 // "GEMM result"; reference: reference.gemm_into).
 //
-// The staged backend has the backend that serves the same problem with a float output (float32,
-// or fp16 where the contract rounds the result to fp16 before quantizing it) write the epilogue
-// result into a stage in the scratch. For GeGLU that problem has no activation, and a small kernel
-// then pairs the stage's columns, gelu(y[:, 2j]) * y[:, 2j + 1] in float32. The package's NVFP4
-// quantizer (bit-exact with reference.quantize_blocks) encodes the result into out and out_scales,
-// every scale byte of the padded grid included. The stage holds what the reference quantizes (its
-// float32 result, or that rounded to fp16), so the encoding is the reference's.
+// The staged backend has the backend that serves the same problem with a float32 output, and no
+// bias or activation, write alpha * A @ B^T into a stage in the scratch. The rest of the epilogue
+// runs on the stage with the shared epilogue's own operations (epilogue.cuh: + bias, then the
+// activation, or GeGLU's gelu(y[:, 2j]) * y[:, 2j + 1]), rounded to fp16 where the contract says so
+// (`_fp16` outputs), and the package's NVFP4 quantizer (bit-exact with reference.quantize_blocks)
+// encodes the result into out and out_scales, every scale byte of the padded grid included. So the
+// float32 values quantized are those a fused epilogue would have, and the encoding is the
+// reference's.
 //
 // Served: NVFP4 outputs without a residual where every row is owned (dense and batched problems:
 // the quantizer encodes the whole matrix), N_out a multiple of 16, when some backend serves the
-// stage problem for the same compute capability. It registers after every other backend, so a
-// kernel that writes NVFP4 itself runs first.
+// float32 problem for the same compute capability. It registers after every other backend, so a
+// kernel that writes NVFP4 itself would run first.
 #include <cuda_fp16.h>
 
 #include <stdexcept>
@@ -28,7 +29,6 @@ namespace fp4_gemm {
 namespace {
 
 constexpr int64_t kStageAlign = 256;
-constexpr int kPairThreads = 256;
 
 bool geglu(const GemmProblem& p) { return p.epilogue.activation == Activation::Geglu; }
 
@@ -37,29 +37,32 @@ FloatType encoded_type(const GemmProblem& p) {
   return p.epilogue.out_format == OutFormat::Nvfp4FromFp16 ? FloatType::Fp16 : FloatType::Fp32;
 }
 
-int64_t type_bytes(FloatType t) { return t == FloatType::Fp16 ? 2 : 4; }
-
-// The inner backend writes the quantizer's input directly, except under GeGLU (float32 columns
-// the pairing kernel reads).
-FloatType stage_type(const GemmProblem& p) { return geglu(p) ? FloatType::Fp32 : encoded_type(p); }
-
-int64_t stage_bytes(const GemmProblem& p) {
-  return ceil_div(p.m * p.n * type_bytes(stage_type(p)), kStageAlign) * kStageAlign;
+// Whether anything runs between the stage and the quantizer: without it the stage is encoded as it is.
+bool finishes(const GemmProblem& p) {
+  const GemmEpilogue& e = p.epilogue;
+  return e.bias != nullptr || e.activation != Activation::None || encoded_type(p) != FloatType::Fp32;
 }
 
-// GeGLU's paired result, [M, N / 2] of encoded_type.
-int64_t paired_bytes(const GemmProblem& p) {
-  return geglu(p) ? ceil_div(p.m * p.n_out() * type_bytes(encoded_type(p)), kStageAlign) * kStageAlign : 0;
+int64_t aligned_bytes(int64_t bytes) { return ceil_div(bytes, kStageAlign) * kStageAlign; }
+
+// The float32 stage [M, N], then the finished result [M, N_out] of encoded_type.
+int64_t stage_bytes(const GemmProblem& p) { return aligned_bytes(p.m * p.n * 4); }
+int64_t finished_bytes(const GemmProblem& p) {
+  return finishes(p) ? aligned_bytes(p.m * p.n_out() * (encoded_type(p) == FloatType::Fp16 ? 2 : 4)) : 0;
 }
 
-// The problem the inner backend computes: its out and scratch in `p`'s scratch (once allocated).
+// The problem the inner backend computes: alpha * A @ B^T in float32, its out and scratch in `p`'s
+// scratch (once allocated).
 GemmProblem inner_problem(const GemmProblem& p) {
   GemmProblem inner = p;
-  inner.epilogue.out_format = stage_type(p) == FloatType::Fp16 ? OutFormat::Fp16 : OutFormat::Fp32;
-  if (geglu(p)) inner.epilogue.activation = Activation::None;
-  inner.epilogue.out = p.scratch;
-  inner.epilogue.out_scales = nullptr;
-  const int64_t own = stage_bytes(p) + paired_bytes(p);
+  GemmEpilogue& e = inner.epilogue;
+  e.out_format = OutFormat::Fp32;
+  e.activation = Activation::None;
+  e.bias = nullptr;
+  e.bias_per_group = false;
+  e.out = p.scratch;
+  e.out_scales = nullptr;
+  const int64_t own = stage_bytes(p) + finished_bytes(p);
   inner.scratch = p.scratch == nullptr ? nullptr : static_cast<uint8_t*>(p.scratch) + own;
   inner.scratch_bytes = p.scratch_bytes > own ? p.scratch_bytes - own : 0;
   return inner;
@@ -73,9 +76,7 @@ bool staged_applies(const GemmProblem& p) {
          p.n_out() >= 1 && p.n_out() % 16 == 0 && (!geglu(p) || p.n % 2 == 0);
 }
 
-const GemmBackend* inner_backend(const GemmProblem& p, int cc) {
-  return find_gemm_backend(inner_problem(p), cc);
-}
+const GemmBackend* inner_backend(const GemmProblem& p, int cc) { return find_gemm_backend(inner_problem(p), cc); }
 
 bool supports(const GemmProblem& p) { return staged_applies(p) && inner_backend(p, p.cc) != nullptr; }
 
@@ -88,48 +89,69 @@ const GemmBackend& inner_backend_here(const GemmProblem& p) {
 int64_t scratch_bytes(const GemmProblem& p) {
   const GemmBackend& inner = inner_backend_here(p);
   const int64_t inner_bytes = inner.scratch_bytes == nullptr ? 0 : inner.scratch_bytes(inner_problem(p));
-  return stage_bytes(p) + paired_bytes(p) + inner_bytes;
+  return stage_bytes(p) + finished_bytes(p) + inner_bytes;
 }
 
-// out[m, j] = gelu(stage[m, 2j]) * stage[m, 2j + 1] in float32, stored as Out.
+struct FinishParams {
+  const float* stage;  // [rows, stage_cols]
+  int64_t rows, stage_cols, cols;  // cols: of the result (stage_cols / 2 under GeGLU)
+  GemmEpilogue epilogue;           // bias, bias_type, bias_per_group and activation are read
+  int64_t group_rows;              // rows per bias row when the bias is per group
+  void* out;                       // [rows, cols] of Out
+};
+
+// The stage's value at (m, n) plus the bias: the first step of epilogue_value after alpha.
+__device__ __forceinline__ float biased(const FinishParams& p, int64_t m, int64_t n) {
+  const GemmEpilogue& e = p.epilogue;
+  float y = p.stage[m * p.stage_cols + n];
+  if (e.bias != nullptr) {
+    const int64_t row = e.bias_per_group ? m / p.group_rows * p.stage_cols : 0;
+    y += load_as_float(e.bias, e.bias_type, row + n);
+  }
+  return y;
+}
+
+// out[m, j] = act(stage[m, j] + bias[j]), or under GeGLU gelu(y[m, 2j]) * y[m, 2j + 1] with
+// y = stage + bias, stored as Out (fp16 rounds to nearest, as the reference's .half()).
 template <class Out>
-__global__ void __launch_bounds__(kPairThreads) geglu_pairs_kernel(const float2* stage, Out* out, int64_t rows,
-                                                                   int64_t cols) {
+__global__ void __launch_bounds__(kMatrixThreads) finish_kernel(const FinishParams p) {
   griddep_wait();
   griddep_launch_dependents();
   const int64_t j = matrix_col();
-  if (j >= cols) return;
-  for (int64_t m = matrix_first_row(); m < rows; m += matrix_row_stride()) {
-    const float2 y = stage[m * cols + j];
-    const float value = activate(Activation::Gelu, y.x) * y.y;
+  if (j >= p.cols) return;
+  const Activation act = p.epilogue.activation;
+  for (int64_t m = matrix_first_row(); m < p.rows; m += matrix_row_stride()) {
+    const float value = act == Activation::Geglu
+                            ? activate(Activation::Gelu, biased(p, m, 2 * j)) * biased(p, m, 2 * j + 1)
+                            : activate(act, biased(p, m, j));
     if constexpr (std::is_same_v<Out, __half>) {
-      out[m * cols + j] = __float2half_rn(value);
+      static_cast<__half*>(p.out)[m * p.cols + j] = __float2half_rn(value);
     } else {
-      out[m * cols + j] = value;
+      static_cast<float*>(p.out)[m * p.cols + j] = value;
     }
   }
 }
 
 void run(const GemmProblem& p, cudaStream_t stream) {
-  if (p.scratch_bytes < stage_bytes(p) + paired_bytes(p)) {
+  if (p.scratch_bytes < stage_bytes(p) + finished_bytes(p)) {
     throw std::runtime_error("fp4_gemm: the staged GEMM got less scratch than scratch_bytes() asked for");
   }
   const GemmProblem inner = inner_problem(p);
   inner_backend_here(p).run(inner, stream);
 
   const void* encoded = inner.epilogue.out;
-  if (geglu(p)) {
-    void* paired = static_cast<uint8_t*>(p.scratch) + stage_bytes(p);
+  if (finishes(p)) {
+    FinishParams f{static_cast<const float*>(inner.epilogue.out),
+                   p.m,
+                   p.n,
+                   p.n_out(),
+                   p.epilogue,
+                   p.group_rows > 0 ? p.group_rows : p.m,
+                   static_cast<uint8_t*>(p.scratch) + stage_bytes(p)};
     const MatrixLaunch shape = matrix_launch(p.m, p.n_out());
-    const auto* stage = static_cast<const float2*>(inner.epilogue.out);
-    if (encoded_type(p) == FloatType::Fp16) {
-      launch_kernel(geglu_pairs_kernel<__half>, shape.grid, shape.block, 0, stream, true, stage,
-                    static_cast<__half*>(paired), p.m, p.n_out());
-    } else {
-      launch_kernel(geglu_pairs_kernel<float>, shape.grid, shape.block, 0, stream, true, stage,
-                    static_cast<float*>(paired), p.m, p.n_out());
-    }
-    encoded = paired;
+    const bool fp16 = encoded_type(p) == FloatType::Fp16;
+    launch_kernel(fp16 ? finish_kernel<__half> : finish_kernel<float>, shape.grid, shape.block, 0, stream, true, f);
+    encoded = f.out;
   }
   QuantizeProblem q{};
   q.input = encoded;
@@ -151,5 +173,4 @@ const GemmBackendRegistrar kRegistrar({"staged", GemmArch::Portable, kStagedPrio
                                       &scratch_bytes});
 
 }  // namespace
-
 }  // namespace fp4_gemm
