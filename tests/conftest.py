@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -13,6 +14,10 @@ import tomllib
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
+# The build under test: build/ (tools/build.py's default), or another --build-dir named here.
+BUILD_DIR = Path(os.environ.get("FP4_GEMM_BUILD_DIR", ROOT / "build")).resolve()
+# What a consumer names to load it (get_local_kernel, LOCAL_KERNELS): the repository, or that dir.
+KERNEL_PATH = ROOT if BUILD_DIR == ROOT / "build" else BUILD_DIR
 REPO_ID = "org/fp4-gemm"
 HAS_CUDA = torch.cuda.is_available()
 
@@ -34,13 +39,13 @@ def build_config() -> dict:
 
 
 def variant_dirs() -> list[Path]:
-    return sorted(p for p in (ROOT / "build").glob("torch*-linux") if (p / "metadata.json").exists())
+    return sorted(p for p in BUILD_DIR.glob("torch*-linux") if (p / "metadata.json").exists())
 
 
 def variant_dir() -> Path:
     dirs = variant_dirs()
     if not dirs:
-        pytest.exit("no built variant under build/: run `python tools/build.py` first", returncode=2)
+        pytest.exit(f"no built variant under {BUILD_DIR}: run `python tools/build.py` first", returncode=2)
     return dirs[-1]
 
 
@@ -54,7 +59,7 @@ def fp4() -> ModuleType:
     from kernels import get_local_kernel
 
     variant_dir()
-    return get_local_kernel(ROOT)
+    return get_local_kernel(KERNEL_PATH)
 
 
 @pytest.fixture(scope="session")

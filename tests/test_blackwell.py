@@ -226,6 +226,27 @@ def test_backend_serves_nvfp4_of_the_fp16_result(fp4, cc, fmt, activation):
     assert backend(fp4, cc, fmt, n=4104, activation=activation, out_format="nvfp4_from_fp16") != BACKENDS[cc]
 
 
+@pytest.mark.parametrize("grouping", ["batched", "masked"])
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("cc", BLACKWELL)
+def test_backend_serves_groups_on_whole_scale_tiles(fp4, cc, fmt, grouping):
+    """A grouped query is 8 groups of m rows: served where every group's A and B scales start on a
+    128-row SfAtom tile (m and N multiples of 128), so each group's scales are a slice of the buffer."""
+    require_built(cc)
+    assert backend(fp4, cc, fmt, grouping=grouping) == BACKENDS[cc]
+    assert backend(fp4, cc, fmt, m=128, n=128, grouping=grouping) == BACKENDS[cc]
+    assert backend(fp4, cc, fmt, m=200, grouping=grouping) != BACKENDS[cc]
+    assert backend(fp4, cc, fmt, n=4104, grouping=grouping) != BACKENDS[cc]
+
+
+@pytest.mark.parametrize("cc", BLACKWELL)
+def test_backend_leaves_masked_nvfp4_outputs_to_the_reference(fp4, cc):
+    """The NVFP4 stage's quantizer would write the rows a masked group does not own."""
+    require_built(cc)
+    assert backend(fp4, cc, grouping="batched", out_format="nvfp4_from_fp16") == BACKENDS[cc]
+    assert backend(fp4, cc, grouping="masked", out_format="nvfp4_from_fp16") != BACKENDS[cc]
+
+
 @pytest.mark.parametrize(
     "kind",
     [
@@ -268,7 +289,9 @@ def test_backends_run_only_on_their_own_arch(fp4, cc):
     assert all(backend(fp4, other) != BACKENDS[cc] for other in BLACKWELL if other != cc)
 
 
-@pytest.mark.parametrize("function", ["dense_gemm", "nvfp4_gemm_bf16", "nvfp4_gemm_bias_residual_fp16"])
+@pytest.mark.parametrize(
+    "function", ["dense_gemm", "nvfp4_gemm_bf16", "nvfp4_gemm_bias_residual_fp16", "batch_gemm", "group_masked_gemm"]
+)
 @pytest.mark.parametrize("cc", BLACKWELL)
 def test_capabilities_call_the_served_functions_compile_verified(fp4, cc, function):
     require_built(cc)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO_ID, ROOT, variant_metadata
+from conftest import KERNEL_PATH, REPO_ID, variant_metadata
 
 pytestmark = pytest.mark.kernels_ci
 
@@ -21,7 +21,7 @@ def test_get_local_kernel_loads_the_variant(fp4):
 def test_get_kernel_with_local_override_gives_the_same_module(fp4, monkeypatch):
     from kernels import get_kernel
 
-    monkeypatch.setenv("LOCAL_KERNELS", f"{REPO_ID}={ROOT}")
+    monkeypatch.setenv("LOCAL_KERNELS", f"{REPO_ID}={KERNEL_PATH}")
     assert get_kernel(REPO_ID, version=1, trust_remote_code=True) is fp4
 
 
@@ -33,7 +33,7 @@ def test_get_kernel_loads_in_a_fresh_interpreter():
         "q, sf = ops.group_wise_quant(torch.ones(1, 32, dtype=torch.bfloat16), 'w4a4-nvfp4')\n"
         "print(sf.flatten()[0].item())\n"
     )
-    env = dict(os.environ, LOCAL_KERNELS=f"{REPO_ID}={ROOT}", HF_HUB_OFFLINE="1")
+    env = dict(os.environ, LOCAL_KERNELS=f"{REPO_ID}={KERNEL_PATH}", HF_HUB_OFFLINE="1")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[-1] == str(0x23)  # e4m3(1 / 6) = 0.1640625

@@ -344,6 +344,15 @@ std::string gemm_backend_name(int64_t cc, std::string_view a_format, std::string
   problem.a.values = problem.b.values = aligned;
   problem.a.scales = problem.b.scales = aligned;
   problem.epilogue.out = const_cast<uint8_t*>(aligned);
+  // A grouped kind stands for kQueryGroups groups of m rows each, with the fields the halops
+  // functions set (group_rows for batched and masked, the device index for contiguous and masked).
+  constexpr int64_t kQueryGroups = 8;
+  if (problem.grouping != Grouping::Dense) {
+    problem.groups = kQueryGroups;
+    problem.m = m * kQueryGroups;
+    if (problem.grouping != Grouping::Contiguous) problem.group_rows = m;
+    if (problem.grouping != Grouping::Batched) problem.group_index = reinterpret_cast<const int32_t*>(aligned);
+  }
   if (problem.epilogue.out_format == OutFormat::Nvfp4 || problem.epilogue.out_format == OutFormat::Nvfp4FromFp16) {
     problem.epilogue.out_scales = const_cast<uint8_t*>(aligned);
   }
@@ -391,7 +400,8 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
       "Tensor? residual, str activation, Tensor(a!) out, Tensor(b!)? out_scales, str out_format, str schedule, "
       "int variant, int sm_count, int warps, int stages, Tensor(c!)? workspace, bool pdl) -> ()");
 
-  // Name of the backend that runs such a GEMM on compute capability cc ("" = the reference).
+  // Name of the backend that runs such a GEMM on compute capability cc ("" = the reference). A
+  // grouped kind (batched, contiguous, masked) asks about 8 groups of m rows each.
   ops.def(
       "gemm_backend(int cc, str a_format, str b_format, bool b_interleaved, str grouping, str activation, "
       "str out_format, str schedule, int m, int n, int k) -> str",

@@ -48,7 +48,9 @@ class GemmKind:
     activation: str = "none"
     out_format: str = "bf16"
     schedule: str = "auto"
-    m: int = 256  # a representative M: 256 for the general tiers, the tier's own M for the decode tiers
+    # a representative M: 256 for the general tiers, the tier's own M for the decode tiers; grouped
+    # kinds ask about 8 groups of m rows each (ops.gemm_backend)
+    m: int = 256
 
 
 HALOPS_MODES = ("mxfp8", "mxfp4", "nvfp4")
@@ -97,7 +99,7 @@ def built_archs() -> list[str]:
 
 def gemm_backend(kind: GemmKind, arch: str) -> str:
     """Name of the backend serving `kind` on `arch` in this build ("" = the reference), for a problem of
-    N = K = 4096."""
+    N = K = 4096 (grouped kinds: 8 groups of kind.m rows, with the group fields a real call sets)."""
     return ops.gemm_backend(int(arch[3:]), *astuple(kind)[:-1], kind.m, 4096, 4096)
 
 
