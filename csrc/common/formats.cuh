@@ -186,21 +186,13 @@ __host__ __device__ __forceinline__ float ue4m3_decode(uint8_t b) {
 // One recipe per quantization mode: block size, element codec and scale rule. `scale_code` is the
 // round-to-nearest scale byte of a finite amax, `element_factor` the multiplier applied to elements
 // before encoding, `zeroes_codes` whether a scale byte zeroes every code, `decode_scale` a scale
-// byte's value.
-// Recipes with `kSearchesScale` pick the scale by least squared error instead.
+// byte's value. Recipes with `kSearchesScale` pick the scale by least squared error instead.
 
 enum class ElementCodec { E4M3, E2M1, E0M3 };
 
 // Bytes a block of G codes takes in memory: E4M3 bytes, or nibbles (element 2i in the low nibble).
 template <ElementCodec kCodec, int G>
 constexpr int kStoredBytes = kCodec == ElementCodec::E4M3 ? G : G / 2;
-
-template <ElementCodec kCodec>
-__host__ __device__ __forceinline__ uint8_t encode_element(float x) {
-  if constexpr (kCodec == ElementCodec::E4M3) return e4m3_encode(x);
-  if constexpr (kCodec == ElementCodec::E2M1) return e2m1_encode(x);
-  if constexpr (kCodec == ElementCodec::E0M3) return e0m3_encode(x);
-}
 
 // MX (OCP microscaling) recipes: UE8M0 scale 2^s, s the smallest integer with amax <= qmax * 2^s,
 // clamped to [-127, 127]. With qmax = qm * 2^qe (1 <= qm < 2) and amax = m * 2^e:
