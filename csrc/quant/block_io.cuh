@@ -63,13 +63,15 @@ __device__ __forceinline__ void load_halves(const T* src, bool vector, float* x)
   unpack_words<G, T>(words, x);
 }
 
-// max |x| of G elements as float32 bits (amax_bits' convention: >= 0x7F800000 iff non-finite).
+// Two unsigned 16-bit maxima in one instruction (sm_90+).
 __device__ __forceinline__ uint32_t max_u16x2(uint32_t a, uint32_t b) {
   uint32_t d;
   asm("max.u16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
   return d;
 }
 
+// max |x| of G elements held as words, as float32 bits (amax_bits' convention: >= 0x7F800000 iff
+// non-finite).
 template <int G, class T>
 __device__ __forceinline__ uint32_t amax_bits_of_words(const uint32_t* words) {
   uint32_t pair = 0;  // 16-bit magnitudes order like their values, NaN and Inf above all
@@ -80,6 +82,7 @@ __device__ __forceinline__ uint32_t amax_bits_of_words(const uint32_t* words) {
   return __float_as_uint(__half2float(__ushort_as_half(uint16_t(half))));
 }
 
+// prmt with its selector's sign-replication bit (which __byte_perm does not pass through).
 __device__ __forceinline__ uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t selector) {
   uint32_t d;
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(selector));
