@@ -1,0 +1,82 @@
+"""NVFP4-output and GeGLU GEMMs through the staged backend (csrc/gemm/staged.cu): what staging costs
+over the same GEMM with a bf16 output, and the speed-up over the reference these functions ran
+before (float64 math with PyTorch ops on the GPU). One process, same operands, the reference first,
+medians of CUDA-event timings (triton.testing.do_bench).
+
+    python benchmarks/bench_gemm_staged.py --out benchmarks/results/h200-gemm-staged.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import torch
+import triton.testing
+from kernels import get_kernel, get_local_kernel
+
+ROOT = Path(__file__).resolve().parent.parent
+SHAPES = [(256, 4096, 4096), (4096, 4096, 4096), (4096, 17408, 5120)]  # (M, N_out, K)
+
+
+def load() -> object:
+    if "LOCAL_KERNELS" in os.environ:
+        return get_kernel("org/fp4-gemm", version=1, trust_remote_code=True)
+    return get_local_kernel(ROOT)
+
+
+def median_us(fn) -> float:
+    return 1000.0 * triton.testing.do_bench(fn, warmup=5, rep=50, return_mode="median")
+
+
+def nvfp4(fp4, rows: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return fp4.quantize_fp4_sfa_bf16(torch.randn(rows, k, device="cuda", dtype=torch.bfloat16))
+
+
+def rows_for(fp4, m: int, n: int, k: int) -> list[dict]:
+    a, sfa = nvfp4(fp4, m, k)
+    b, sfb = nvfp4(fp4, n, k)
+    b2, sfb2 = nvfp4(fp4, 2 * n, k)  # GeGLU's interleaved gate/up weight
+    bias = torch.randn(n, device="cuda", dtype=torch.float16)
+    calls = {
+        "nvfp4_gemm_bf16": (fp4.nvfp4_gemm_bf16, (a, b, sfa, sfb), {}),
+        "nvfp4_gemm_nvfp4": (fp4.nvfp4_gemm_nvfp4, (a, b, sfa, sfb), {}),
+        "nvfp4_gemm_bias_gelu_nvfp4_fp16": (fp4.nvfp4_gemm_bias_gelu_nvfp4_fp16, (a, b, sfa, sfb, bias), {}),
+        "nvfp4_gemm_geglu_nvfp4_fp16": (fp4.nvfp4_gemm_geglu_nvfp4_fp16, (a, b2, sfa, sfb2), {}),
+    }
+    bf16_us = median_us(lambda: fp4.nvfp4_gemm_bf16(a, b, sfa, sfb))
+    rows = []
+    for name, (fn, args, kwargs) in calls.items():
+        reference_us = median_us(lambda fn=getattr(fp4.reference, name), args=args: fn(*args, **kwargs))
+        ours_us = median_us(lambda fn=fn, args=args: fn(*args, **kwargs))
+        rows.append(
+            {
+                "op": name,
+                "shape": [m, n, k],
+                "us": round(ours_us, 1),
+                "reference_us": round(reference_us, 1),
+                "speedup_vs_reference": round(reference_us / ours_us, 1),
+                "time_vs_bf16_output": round(ours_us / bf16_us, 2),
+            }
+        )
+        r = rows[-1]
+        print(f"{name:34s} {str(r['shape']):20s} {r['us']:9.1f} us  ref {r['reference_us']:10.1f} us  "
+              f"x{r['speedup_vs_reference']:7.1f}  {r['time_vs_bf16_output']:.2f} of bf16-output time")  # fmt: skip
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "h200-gemm-staged.json")
+    args = parser.parse_args()
+    fp4 = load()
+    torch.manual_seed(0)
+    rows = [row for shape in SHAPES for row in rows_for(fp4, *shape)]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
