@@ -41,16 +41,17 @@ def rows_for(fp4, m: int, n: int, k: int) -> list[dict]:
     b2, sfb2 = nvfp4(fp4, 2 * n, k)  # GeGLU's interleaved gate/up weight
     bias = torch.randn(n, device="cuda", dtype=torch.float16)
     calls = {
-        "nvfp4_gemm_bf16": (fp4.nvfp4_gemm_bf16, (a, b, sfa, sfb), {}),
-        "nvfp4_gemm_nvfp4": (fp4.nvfp4_gemm_nvfp4, (a, b, sfa, sfb), {}),
-        "nvfp4_gemm_bias_gelu_nvfp4_fp16": (fp4.nvfp4_gemm_bias_gelu_nvfp4_fp16, (a, b, sfa, sfb, bias), {}),
-        "nvfp4_gemm_geglu_nvfp4_fp16": (fp4.nvfp4_gemm_geglu_nvfp4_fp16, (a, b2, sfa, sfb2), {}),
+        "nvfp4_gemm_bf16": (a, b, sfa, sfb),
+        "nvfp4_gemm_nvfp4": (a, b, sfa, sfb),
+        "nvfp4_gemm_bias_gelu_nvfp4_fp16": (a, b, sfa, sfb, bias),
+        "nvfp4_gemm_geglu_nvfp4_fp16": (a, b2, sfa, sfb2),
     }
     bf16_us = median_us(lambda: fp4.nvfp4_gemm_bf16(a, b, sfa, sfb))
     rows = []
-    for name, (fn, args, kwargs) in calls.items():
-        reference_us = median_us(lambda fn=getattr(fp4.reference, name), args=args: fn(*args, **kwargs))
-        ours_us = median_us(lambda fn=fn, args=args: fn(*args, **kwargs))
+    for name, args in calls.items():
+        theirs, ours = getattr(fp4.reference, name), getattr(fp4, name)
+        reference_us = median_us(lambda fn=theirs, args=args: fn(*args))
+        ours_us = median_us(lambda fn=ours, args=args: fn(*args))
         rows.append(
             {
                 "op": name,
