@@ -52,7 +52,7 @@ def tile_built(cc: int, fmt: str, tile: str) -> bool:
 
 
 def kernel_count(cc: int, fmt: str) -> int:
-    """Per output type (bf16, fp16): one kernel per built tile, plus the grouped (masked) kernel."""
+    """Per output type (bf16, fp16): one kernel per built tile, plus the grouped (masked and contiguous) kernel."""
     return 2 * (sum(tile_built(cc, fmt, tile) for tile in TILES) + 1)
 
 
@@ -169,13 +169,16 @@ def test_each_blackwell_kernel_issues_the_block_scaled_mma_of_its_format(cc, fmt
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("cc", BLACKWELL)
-def test_library_has_the_grouped_kernels_and_their_argument_kernel(cc, fmt):
-    """Masked groups run CUTLASS's ptr-array kernel (one per output type) after a small kernel that
-    builds its per-group arguments on the device."""
+def test_library_has_the_grouped_kernels_and_their_argument_kernels(cc, fmt):
+    """Masked and contiguous groups run CUTLASS's ptr-array kernel (one per output type, shared by
+    both groupings) after a small kernel that builds its per-group arguments on the device;
+    contiguous groups first re-lay their A scales (the portable tile_group_scales kernels)."""
     require_built(cc)
     grouped = [name for name, (f, _) in blackwell_kernels(cc).items() if f == fmt and "GroupProblemShape" in name]
     assert len(grouped) == 2, f"sm_{cc}a {fmt}: {len(grouped)} grouped kernels"
-    assert any(f"masked_group_argumentsILNS_8GemmArchE{cc}E" in name for name in all_kernels(cc))
+    assert any(f"group_argumentsILNS_8GemmArchE{cc}E" in name for name in all_kernels(cc))
+    for kernel in ("group_rows_kernel", "move_scales_kernel"):
+        assert any(kernel in name for name in all_kernels(cc)), f"sm_{cc}a: no {kernel}"
 
 
 def test_sm100_and_sm110_kernels_are_distinct_symbols():
@@ -184,7 +187,7 @@ def test_sm100_and_sm110_kernels_are_distinct_symbols():
     require_built(100)
     require_built(110)
     assert blackwell_kernels(100).keys().isdisjoint(blackwell_kernels(110).keys())
-    argument_kernels = [{n for n in all_kernels(cc) if "masked_group_arguments" in n} for cc in (100, 110)]
+    argument_kernels = [{n for n in all_kernels(cc) if "group_arguments" in n} for cc in (100, 110)]
     assert argument_kernels[0] and argument_kernels[0].isdisjoint(argument_kernels[1])
 
 
@@ -239,12 +242,25 @@ def test_backend_serves_groups_on_whole_scale_tiles(fp4, cc, fmt, grouping):
     assert backend(fp4, cc, fmt, n=4104, grouping=grouping) != BACKENDS[cc]
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("cc", BLACKWELL)
-def test_backend_leaves_masked_nvfp4_outputs_to_the_reference(fp4, cc):
-    """The NVFP4 stage's quantizer would write the rows a masked group does not own."""
+def test_backend_serves_contiguous_groups_of_any_rows(fp4, cc, fmt):
+    """Contiguous experts start anywhere: their A scales are re-laid onto tiles of their own first
+    (tile_group_scales), so only the weights' N must be a multiple of 128 (B's scales per expert)."""
+    require_built(cc)
+    for m in (256, 200, 1, 100_000):
+        assert backend(fp4, cc, fmt, m=m, grouping="contiguous") == BACKENDS[cc], f"{m=}"
+    assert backend(fp4, cc, fmt, n=4104, grouping="contiguous") != BACKENDS[cc]
+    assert backend(fp4, cc, fmt, k=48, grouping="contiguous") != BACKENDS[cc]  # 24-byte NVFP4 rows
+
+
+@pytest.mark.parametrize("grouping", ["masked", "contiguous"])
+@pytest.mark.parametrize("cc", BLACKWELL)
+def test_backend_leaves_grouped_nvfp4_outputs_to_the_reference(fp4, cc, grouping):
+    """The NVFP4 stage's quantizer would write the rows a group does not own."""
     require_built(cc)
     assert backend(fp4, cc, grouping="batched", out_format="nvfp4_from_fp16") == BACKENDS[cc]
-    assert backend(fp4, cc, grouping="masked", out_format="nvfp4_from_fp16") != BACKENDS[cc]
+    assert backend(fp4, cc, grouping=grouping, out_format="nvfp4_from_fp16") != BACKENDS[cc]
 
 
 @pytest.mark.parametrize(
@@ -253,7 +269,6 @@ def test_backend_leaves_masked_nvfp4_outputs_to_the_reference(fp4, cc):
         {"out_format": "nvfp4"},  # quantizes the float32 result: no 16-bit stage reproduces it
         {"activation": "geglu", "out_format": "nvfp4_from_fp16"},  # pairs columns: not per element
         {"activation": "geglu"},
-        {"grouping": "contiguous"},  # an expert id per row: no kernel built
         {"b_interleaved": True, "schedule": "gemv", "m": 1},  # the streaming weight layout
         {"a_format": "nvfp4", "b_format": "e0m3", "out_format": "fp16"},  # no E0M3 MMA
         {"a_format": "mxfp8", "b_format": "mxfp4"},  # mixed operand formats
@@ -290,7 +305,15 @@ def test_backends_run_only_on_their_own_arch(fp4, cc):
 
 
 @pytest.mark.parametrize(
-    "function", ["dense_gemm", "nvfp4_gemm_bf16", "nvfp4_gemm_bias_residual_fp16", "batch_gemm", "group_masked_gemm"]
+    "function",
+    [
+        "dense_gemm",
+        "nvfp4_gemm_bf16",
+        "nvfp4_gemm_bias_residual_fp16",
+        "batch_gemm",
+        "group_masked_gemm",
+        "group_contiguous_gemm",
+    ],
 )
 @pytest.mark.parametrize("cc", BLACKWELL)
 def test_capabilities_call_the_served_functions_compile_verified(fp4, cc, function):

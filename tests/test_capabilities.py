@@ -66,7 +66,7 @@ HOPPER_ENGINE = (
 
 # the grouped GEMMs the Blackwell backends serve with CUTLASS's grouped (ptr-array) or L-mode kernels
 BLACKWELL = ("sm_100", "sm_110", "sm_120")
-BLACKWELL_GROUPED = ("batch_gemm", "group_masked_gemm")
+BLACKWELL_GROUPED = ("batch_gemm", "group_contiguous_gemm", "group_masked_gemm")
 
 
 def built_archs() -> set[str]:

@@ -222,6 +222,12 @@ CONTIGUOUS = [
     case("group_contiguous_gemm", "expert-ids-unsorted", arg(4, lambda t: t.flip(0)), "expert_ids must be sorted"),
     case(
         "group_contiguous_gemm",
+        "expert-ids-padding-inside-an-expert",
+        arg(4, lambda t: torch.where(torch.arange(t.numel()) == 100, -1, t)),
+        "each expert's rows must be consecutive",
+    ),
+    case(
+        "group_contiguous_gemm",
         "expert-ids-above-range",
         arg(4, lambda t: torch.where(t == 2, 3, t)),
         "expert_ids must lie in [0, 3) or be -1",
@@ -945,6 +951,12 @@ def test_group_wise_quant_rejects_bad_input(fp4, make_input, mode, rule):
 
 DATA_RULES = [
     case("group_contiguous_gemm", "expert-ids-unsorted", arg(4, lambda t: t.flip(0)), "expert_ids must be sorted"),
+    case(
+        "group_contiguous_gemm",
+        "expert-ids-padding-inside-an-expert",
+        arg(4, lambda t: torch.where(torch.arange(t.numel()) == 100, -1, t)),
+        "each expert's rows must be consecutive",
+    ),
     case(
         "group_contiguous_gemm",
         "expert-ids-out-of-range",

@@ -22,6 +22,7 @@
 #include "csrc/common/types.h"
 #include "csrc/gemm/backends.h"
 #include "csrc/gemm/dispatch.h"
+#include "csrc/gemm/group_scales.h"
 #include "csrc/quant/dequantize.h"
 #include "csrc/quant/permute.h"
 #include "csrc/quant/quantize.h"
@@ -240,6 +241,42 @@ void repack_cuda(const at::Tensor& b, at::Tensor& out) {
   if (overlap) out.copy_(target);
 }
 
+void tile_group_scales_cuda(const at::Tensor& group_index, const at::Tensor& scales, int64_t groups, int64_t nkb,
+                            at::Tensor& layout, at::Tensor& out_scales) {
+  using namespace fp4_gemm;
+  TORCH_CHECK(group_index.dim() == 1 && group_index.scalar_type() == at::kInt && group_index.is_contiguous(),
+              "fp4_gemm.tile_group_scales: group_index must be a contiguous 1-D int32 tensor");
+  const int64_t m = group_index.numel();
+  TORCH_CHECK(groups >= 1 && nkb >= 1, "fp4_gemm.tile_group_scales: groups and nkb must be positive");
+  const auto bytes_of = [](const at::Tensor& t, at::ScalarType type) {
+    return t.is_contiguous() && t.scalar_type() == type ? t.numel() : int64_t{-1};
+  };
+  TORCH_CHECK(bytes_of(scales, at::kByte) >= ceil_div(m, kSfTileRows) * sf_k_tiles(nkb) * kSfTileBytes,
+              "fp4_gemm.tile_group_scales: scales must be the contiguous uint8 swizzled scales of the ", m, " rows");
+  TORCH_CHECK(bytes_of(layout, at::kInt) == 3 * groups, "fp4_gemm.tile_group_scales: layout must be int32 [3, groups]");
+  TORCH_CHECK(bytes_of(out_scales, at::kByte) >= group_scale_bytes(m, groups, nkb),
+              "fp4_gemm.tile_group_scales: out_scales must be a contiguous uint8 buffer of at least ",
+              group_scale_bytes(m, groups, nkb), " bytes");
+  TORCH_CHECK(scales.device() == group_index.device() && layout.device() == group_index.device() &&
+                  out_scales.device() == group_index.device(),
+              "fp4_gemm.tile_group_scales: every tensor must be on group_index's device");
+  const c10::cuda::CUDAGuard guard(group_index.device());
+  // The tile -> expert map is the kernels' own: scratch from the caching allocator (stream-ordered).
+  const at::Tensor tile_group = at::empty({group_scale_tiles(m, groups)}, group_index.options());
+  TileGroupScalesProblem problem;
+  problem.group_index = group_index.data_ptr<int32_t>();
+  problem.m = m;
+  problem.groups = groups;
+  problem.scales = scales.data_ptr<uint8_t>();
+  problem.nkb = nkb;
+  problem.out.first = layout.data_ptr<int32_t>();
+  problem.out.rows = problem.out.first + groups;
+  problem.out.tile = problem.out.rows + groups;
+  problem.out.tile_group = tile_group.data_ptr<int32_t>();
+  problem.out.scales = out_scales.data_ptr<uint8_t>();
+  tile_group_scales(problem, at::cuda::getCurrentCUDAStream());
+}
+
 namespace {
 
 // Host-visible parts of a GEMM, from the op's string arguments.
@@ -422,12 +459,20 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def("repack(Tensor b, Tensor(a!) out) -> ()");
   ops.impl("repack", c10::kCUDA, &repack_cuda);
 
+  // Contiguous grouping (group_index = expert id per row) on whole scale tiles: each expert's first
+  // row, rows and first tile into layout [3, groups], and its rows' swizzled scales re-laid from that
+  // tile on into out_scales (csrc/gemm/group_scales.h); what grouped GEMM kernels run first.
+  ops.def(
+      "tile_group_scales(Tensor group_index, Tensor scales, int groups, int nkb, Tensor(a!) layout, "
+      "Tensor(b!) out_scales) -> ()");
+  ops.impl("tile_group_scales", c10::kCUDA, &tile_group_scales_cuda);
+
   // Compute capabilities (90, 100, 110, 120) whose GEMM backend is compiled into this build.
   ops.def("gemm_backend_archs() -> int[]", &gemm_backend_archs);
 
   // The ops above with a CUDA kernel in this library; the others run the reference on the GPU.
   ops.def("native_cuda_ops() -> str[]", []() -> std::vector<std::string> {
-    return {"quantize", "dequantize", "swiglu_quant", "permute_to_masked", "gemm", "repack"};
+    return {"quantize", "dequantize", "swiglu_quant", "permute_to_masked", "gemm", "repack", "tile_group_scales"};
   });
 }
 

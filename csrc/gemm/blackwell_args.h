@@ -1,7 +1,7 @@
 // Host-side decisions of the Blackwell backends (sm100 family: sm_100a and sm_110a; sm120: sm_120a),
 // kept free of CUTLASS so they read as plain rules: which problems the CUTLASS block-scaled kernels
-// serve, which tile configuration runs, and the batch geometry handed to CUTLASS's L mode (masked
-// groups: blackwell_grouped.cuh).
+// serve, which tile configuration runs, and the batch geometry handed to CUTLASS's L mode (masked and
+// contiguous groups: blackwell_grouped.cuh).
 //
 // The kernels consume the package's buffers as they are: A [M, K] and B [N, K] row-major (K-major,
 // CUTLASS's RowMajor A / ColumnMajor B), D and the residual C [M, N] row-major, and the swizzled
@@ -14,6 +14,7 @@
 
 #include "csrc/common/launch.cuh"
 #include "csrc/gemm/backends.h"
+#include "csrc/gemm/group_scales.h"
 #include "csrc/gemm/problem.h"
 
 namespace fp4_gemm {
@@ -56,16 +57,21 @@ inline std::string describe(const BlackwellKernelId& id) {
          kOuts[static_cast<int>(id.out)] + ", " + kTiles[static_cast<int>(id.tile)] + " tile";
 }
 
+// Groupings that run CUTLASS's ptr-array (grouped) kernel, one group per weight matrix.
+inline bool blackwell_grouped(const GemmProblem& p) {
+  return p.grouping == Grouping::Masked || p.grouping == Grouping::Contiguous;
+}
+
 // Rows of A from which the auto choice takes the wider tile: below it a 256-row tile would leave
 // many rows empty and halve the tile count. A shape rule, not a measured optimum
 // (no Blackwell GPU has run these kernels yet).
 constexpr int64_t kWidenMinRows = 512;
 
 // The tile that runs: the requested variant when this arch compiled it, else the auto choice
-// (an unbuilt or unknown variant falls back, it never fails). Masked groups have the default tile's
-// grouped kernel only.
+// (an unbuilt or unknown variant falls back, it never fails). Masked and contiguous groups have the
+// default tile's grouped kernel only.
 inline BlackwellTile choose_blackwell_tile(const GemmProblem& problem, GemmArch arch) {
-  if (problem.grouping == Grouping::Masked) return BlackwellTile::Default;
+  if (blackwell_grouped(problem)) return BlackwellTile::Default;
   const int variant = problem.variant;
   if (variant >= 0 && variant <= static_cast<int>(BlackwellTile::Pingpong) &&
       blackwell_tile_built(arch, problem.a.format, static_cast<BlackwellTile>(variant))) {
@@ -112,19 +118,22 @@ inline bool blackwell_supports(const GemmProblem& p) {
   // bf16/fp16, or NVFP4 of the fp16-rounded result (an fp16 stage, then the package's quantizer; a
   // residual has no defined dtype there). Plain NVFP4 quantizes the float32 result, which no 16-bit
   // stage reproduces, and CUTLASS's block-scale-factor epilogue uses approximate reciprocals
-  // (docs/FORMATS.md wants IEEE division): those stay with the reference, as do masked NVFP4
-  // outputs (the quantizer would write rows a group does not own). GeGLU pairs columns, which the
-  // per-element epilogue tree cannot.
+  // (docs/FORMATS.md wants IEEE division): those stay with the reference, as do masked and
+  // contiguous NVFP4 outputs (the quantizer would write rows a group does not own). GeGLU pairs
+  // columns, which the per-element epilogue tree cannot.
   const bool nvfp4_stage = e.out_format == OutFormat::Nvfp4FromFp16 && e.residual == nullptr &&
-                           e.out_scales != nullptr && p.n % 16 == 0 && p.grouping != Grouping::Masked;
+                           e.out_scales != nullptr && p.n % 16 == 0 && !blackwell_grouped(p);
   const bool out = e.out_format == OutFormat::Bf16 || e.out_format == OutFormat::Fp16 || nvfp4_stage;
   if (!formats || !out || e.activation == Activation::Geglu || p.m < 1 || p.n < 1 || p.k < 1) return false;
   // Dense; batched where every batch's scales start on a 128-row SfAtom tile (then the flattened
-  // buffers are CUTLASS's L-strided ones); masked (the ptr-array kernels) where every group's do.
-  // Contiguous groups (an expert id per row) are not built.
+  // buffers are CUTLASS's L-strided ones); masked (the ptr-array kernels) where every group's do;
+  // contiguous (the same kernels) where every weight's do, A's scales being re-laid per expert
+  // (group_scales.h, its tile count in int).
   const bool tiled_groups = p.groups >= 1 && p.group_rows >= 1 && p.group_rows * p.groups == p.m &&
                             (p.groups == 1 || (p.group_rows % kSfTileRows == 0 && p.n % kSfTileRows == 0));
   const bool masked = tiled_groups && p.group_index != nullptr;
+  const bool contiguous = p.groups >= 1 && p.group_index != nullptr && (p.groups == 1 || p.n % kSfTileRows == 0) &&
+                          group_scale_tiles(p.m, p.groups) * kSfTileRows <= INT32_MAX;
   bool grouping = false;
   switch (p.grouping) {
     case Grouping::Dense:
@@ -137,9 +146,10 @@ inline bool blackwell_supports(const GemmProblem& p) {
       grouping = masked;
       break;
     case Grouping::Contiguous:
+      grouping = contiguous;
       break;
   }
-  const bool per_group = p.grouping == Grouping::Batched || p.grouping == Grouping::Masked;
+  const bool per_group = p.grouping != Grouping::Dense;
   // TMA rows start on 16 bytes: K a multiple of 32 elements (16 bytes of E2M1; CUTLASS's FP4
   // alignment) and of the block size, N a multiple of 8 (16 bytes of bf16/fp16 D and C).
   // CUTLASS's problem shape is int.

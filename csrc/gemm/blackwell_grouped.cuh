@@ -1,12 +1,15 @@
-// Runs a CUTLASS ptr-array (grouped) block-scaled GEMM on a masked GemmProblem: group g multiplies
-// rows [g * group_rows, g * group_rows + clamp(masked_m[g], 0, group_rows)) of A by weight g and
-// writes only those rows of D (docs/FORMATS.md, "GEMM result"; reference: reference.gemm_into).
-//
-// masked_m lives on the device and the op never syncs with the host, so a one-block kernel turns it
-// into CUTLASS's per-group arguments (problem shapes, operand / scale / output pointers, strides,
-// scale layouts) in the problem's scratch, stream-ordered before the GEMM; the GEMM's tile scheduler
-// reads the shapes on the device. Every group's scales start on a 128-row SfAtom tile
-// (blackwell_supports), so each group's scale pointer is an offset into the flattened buffers.
+// Runs a CUTLASS ptr-array (grouped) block-scaled GEMM on a grouped GemmProblem (docs/FORMATS.md,
+// "GEMM result"; reference: reference.gemm_into), one CUTLASS group per weight matrix g:
+//   Masked:     rows [g * group_rows, g * group_rows + clamp(masked_m[g], 0, group_rows)) of A and D;
+//               every group's scales start on a 128-row SfAtom tile (blackwell_supports), so its scale
+//               pointer is an offset into the flattened buffer.
+//   Contiguous: expert g's rows [first, first + rows) of A and D, from the expert id of every row;
+//               its scale rows do not start on a tile, so tile_group_scales (group_scales.h) first
+//               re-lays them into the scratch, each expert from a tile of its own.
+// Only those rows of D are written. The group data lives on the device and the op never syncs with
+// the host, so a one-thread-per-group kernel turns it into CUTLASS's per-group arguments (problem
+// shapes, operand / scale / output pointers, strides, scale layouts) in the problem's scratch,
+// stream-ordered before the GEMM; the GEMM's tile scheduler reads the shapes on the device.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,6 +20,7 @@
 
 #include "csrc/common/launch.cuh"
 #include "csrc/gemm/blackwell_run.cuh"
+#include "csrc/gemm/group_scales.h"
 
 namespace fp4_gemm {
 
@@ -86,16 +90,20 @@ struct GroupArrays {
   }
 };
 
-// What the argument kernel needs: the flattened buffers and the geometry shared by the groups.
+// What the argument kernel needs: the flattened buffers, the group data and the geometry shared by
+// the groups.
 template <class Types>
-struct MaskedGroupSource {
+struct GroupSource {
   GroupArrays<Types> arrays;
-  const int32_t* masked_m;
+  Grouping grouping;        // Masked or Contiguous
+  const int32_t* masked_m;  // Masked: rows each group owns
+  GroupScaleTiles tiles;    // Contiguous: each expert's rows and re-laid scales
   int groups, group_rows, n, k;
-  const uint8_t *a, *b, *sfa, *sfb;  // group 0's bytes
+  const uint8_t *a, *b, *sfa, *sfb;  // row 0's / group 0's bytes
   const uint8_t* c;
   uint8_t* d;
-  int64_t a_group_bytes, b_group_bytes, sfa_group_bytes, sfb_group_bytes, out_group_bytes;
+  int64_t a_row_bytes, out_row_bytes, b_group_bytes, sfb_group_bytes;
+  int64_t sfa_tile_bytes;  // one 128-row tile of A scales, every K tile
   typename Types::StrideA stride_a;  // the same for every group (row pitch K)
   typename Types::StrideB stride_b;
   typename Types::StrideC stride_c;
@@ -103,23 +111,34 @@ struct MaskedGroupSource {
   typename Types::LayoutSFB layout_sfb;
 };
 
-// One thread per group: the group's shape (its masked row count) and its slices of every buffer.
+// One thread per group: the group's shape (its row count) and its slices of every buffer.
 // `Arch` keeps the sm_100a and sm_110a instantiations apart (blackwell_epilogue.cuh says why).
 template <GemmArch Arch, class Types>
-__global__ void masked_group_arguments(MaskedGroupSource<Types> s) {
-  griddep_wait();  // masked_m may come from the previous kernel
-  griddep_launch_dependents();  // no effect on the GEMM: it launches without PDL (run_blackwell_masked)
+__global__ void group_arguments(GroupSource<Types> s) {
+  griddep_wait();  // masked_m or the tiles may come from the previous kernel
+  griddep_launch_dependents();  // no effect on the GEMM: it launches without PDL (run_blackwell_grouped)
   const int g = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (g >= s.groups) return;
-  const int rows = min(max(s.masked_m[g], 0), s.group_rows);
+  int64_t first = 0;
+  int rows = 0;
+  const uint8_t* sfa = nullptr;
+  if (s.grouping == Grouping::Masked) {
+    first = int64_t{g} * s.group_rows;
+    rows = min(max(s.masked_m[g], 0), s.group_rows);
+    sfa = s.sfa + int64_t{g} * (s.group_rows / kSfTileRows) * s.sfa_tile_bytes;
+  } else {
+    first = s.tiles.first[g];
+    rows = s.tiles.rows[g];
+    sfa = s.tiles.scales + int64_t{s.tiles.tile[g]} * s.sfa_tile_bytes;
+  }
   auto& out = s.arrays;
   out.shapes[g] = cute::make_shape(rows, s.n, s.k);
-  out.a[g] = s.a + g * s.a_group_bytes;
+  out.a[g] = s.a + first * s.a_row_bytes;
   out.b[g] = s.b + g * s.b_group_bytes;
-  out.sfa[g] = s.sfa + g * s.sfa_group_bytes;
+  out.sfa[g] = sfa;
   out.sfb[g] = s.sfb + g * s.sfb_group_bytes;
-  out.c[g] = s.c + g * s.out_group_bytes;
-  out.d[g] = s.d + g * s.out_group_bytes;
+  out.c[g] = s.c + first * s.out_row_bytes;
+  out.d[g] = s.d + first * s.out_row_bytes;
   out.stride_a[g] = s.stride_a;
   out.stride_b[g] = s.stride_b;
   out.stride_c[g] = s.stride_c;
@@ -128,9 +147,9 @@ __global__ void masked_group_arguments(MaskedGroupSource<Types> s) {
   out.layout_sfb[g] = s.layout_sfb;
 }
 
-// CUTLASS's arguments of masked problem `p`, its per-group arrays at `arrays`.
+// CUTLASS's arguments of grouped problem `p`, its per-group arrays at `arrays`.
 template <class Gemm, class ElementD>
-typename Gemm::Arguments blackwell_masked_arguments(const GemmProblem& p,
+typename Gemm::Arguments blackwell_grouped_arguments(const GemmProblem& p,
                                                     const GroupArrays<GroupTypesOf<Gemm>>& arrays) {
   using Arguments = typename Gemm::Arguments;
   const auto typed = [](auto* array, auto member) { return reinterpret_cast<decltype(member)>(array); };
@@ -162,34 +181,59 @@ typename Gemm::Arguments blackwell_masked_arguments(const GemmProblem& p,
   return args;
 }
 
-// Scratch of a masked problem: the per-group arrays, then CUTLASS's workspace.
+// Scratch of a contiguous grouping's re-laid scales (0 for masked groups).
+inline int64_t group_tiles_bytes(const GemmProblem& p) {
+  if (p.grouping != Grouping::Contiguous) return 0;
+  GroupScaleTiles tiles{};
+  return carve_group_scale_tiles(nullptr, p.m, p.groups, p.k / block_size(p.a.format), &tiles);
+}
+
+// Scratch of a grouped problem: the per-group arrays, the re-laid scales, then CUTLASS's workspace.
 template <class Gemm, class ElementD>
-int64_t blackwell_masked_scratch_bytes(const GemmProblem& p) {
+int64_t blackwell_grouped_scratch_bytes(const GemmProblem& p) {
   GroupArrays<GroupTypesOf<Gemm>> arrays{};
   const int64_t array_bytes = arrays.carve(nullptr, p.groups);
-  return array_bytes + static_cast<int64_t>(Gemm::get_workspace_size(blackwell_masked_arguments<Gemm, ElementD>(p, arrays)));
+  return array_bytes + group_tiles_bytes(p) +
+         static_cast<int64_t>(Gemm::get_workspace_size(blackwell_grouped_arguments<Gemm, ElementD>(p, arrays)));
 }
 
 template <GemmArch Arch, class Gemm, class ElementD>
-void run_blackwell_masked(const GemmProblem& p, cudaStream_t stream, const BlackwellKernelId& kernel) {
+void run_blackwell_grouped(const GemmProblem& p, cudaStream_t stream, const BlackwellKernelId& kernel) {
   using Types = GroupTypesOf<Gemm>;
   GroupArrays<Types> arrays{};
   const int64_t array_bytes = arrays.carve(nullptr, p.groups);
-  const typename Gemm::Arguments sized = blackwell_masked_arguments<Gemm, ElementD>(p, arrays);
+  const int64_t tiles_bytes = group_tiles_bytes(p);
+  const typename Gemm::Arguments sized = blackwell_grouped_arguments<Gemm, ElementD>(p, arrays);
   const int64_t workspace_bytes = static_cast<int64_t>(Gemm::get_workspace_size(sized));
-  if (p.scratch_bytes < array_bytes + workspace_bytes) {
-    throw std::runtime_error("fp4_gemm: " + describe(kernel) + " masked GEMM needs " +
-                             std::to_string(array_bytes + workspace_bytes) + " bytes of scratch, got " +
+  if (p.scratch_bytes < array_bytes + tiles_bytes + workspace_bytes) {
+    throw std::runtime_error("fp4_gemm: " + describe(kernel) + " grouped GEMM needs " +
+                             std::to_string(array_bytes + tiles_bytes + workspace_bytes) + " bytes of scratch, got " +
                              std::to_string(p.scratch_bytes));
   }
-  arrays.carve(p.scratch, p.groups);
+  uint8_t* scratch = static_cast<uint8_t*>(p.scratch);
+  arrays.carve(scratch, p.groups);
 
   const int bits = element_bits(p.a.format);
-  const int64_t nkt = sf_k_tiles(p.k / block_size(p.a.format));
+  const int64_t nkb = p.k / block_size(p.a.format);
   const GemmEpilogue& e = p.epilogue;
-  MaskedGroupSource<Types> source{};
+  GroupSource<Types> source{};
   source.arrays = arrays;
-  source.masked_m = p.group_index;
+  source.grouping = p.grouping;
+  source.masked_m = p.grouping == Grouping::Masked ? p.group_index : nullptr;
+  if (p.grouping == Grouping::Contiguous) {
+    carve_group_scale_tiles(scratch + array_bytes, p.m, p.groups, nkb, &source.tiles);
+    TileGroupScalesProblem tiles{};
+    tiles.group_index = p.group_index;
+    tiles.m = p.m;
+    tiles.groups = p.groups;
+    tiles.scales = p.a.scales;
+    tiles.nkb = nkb;
+    tiles.out = source.tiles;
+    tiles.pdl = p.pdl;
+    tile_group_scales(tiles, stream);
+  }
+  // Rows per group for the packed strides: only their batch (L) stride depends on it, and L is 1.
+  const int rows = static_cast<int>(p.grouping == Grouping::Masked ? p.group_rows : p.m);
   source.groups = static_cast<int>(p.groups);
   source.group_rows = static_cast<int>(p.group_rows);
   source.n = static_cast<int>(p.n);
@@ -201,24 +245,25 @@ void run_blackwell_masked(const GemmProblem& p, cudaStream_t stream, const Black
   // Without a residual beta is 0 and C is never read; D stands in so every descriptor is valid.
   source.c = static_cast<const uint8_t*>(e.residual != nullptr ? e.residual : e.out);
   source.d = static_cast<uint8_t*>(e.out);
-  source.a_group_bytes = p.group_rows * p.k * bits / 8;
+  source.a_row_bytes = p.k * bits / 8;
+  source.out_row_bytes = p.n * static_cast<int64_t>(sizeof(ElementD));
   source.b_group_bytes = p.n * p.k * bits / 8;
-  source.sfa_group_bytes = p.group_rows / kSfTileRows * nkt * kSfTileBytes;
-  source.sfb_group_bytes = ceil_div(p.n, kSfTileRows) * nkt * kSfTileBytes;
-  source.out_group_bytes = p.group_rows * p.n * static_cast<int64_t>(sizeof(ElementD));
-  source.stride_a = cutlass::make_cute_packed_stride(typename Types::StrideA{}, cute::make_shape(source.group_rows, source.k, 1));
+  source.sfb_group_bytes = ceil_div(p.n, kSfTileRows) * sf_k_tiles(nkb) * kSfTileBytes;
+  source.sfa_tile_bytes = sf_k_tiles(nkb) * kSfTileBytes;
+  source.stride_a = cutlass::make_cute_packed_stride(typename Types::StrideA{}, cute::make_shape(rows, source.k, 1));
   source.stride_b = cutlass::make_cute_packed_stride(typename Types::StrideB{}, cute::make_shape(source.n, source.k, 1));
-  source.stride_c = cutlass::make_cute_packed_stride(typename Types::StrideC{}, cute::make_shape(source.group_rows, source.n, 1));
-  source.stride_d = cutlass::make_cute_packed_stride(typename Types::StrideD{}, cute::make_shape(source.group_rows, source.n, 1));
-  source.layout_sfb = Types::ScaleConfig::tile_atom_to_shape_SFB(cute::make_shape(source.group_rows, source.n, source.k, 1));
+  source.stride_c = cutlass::make_cute_packed_stride(typename Types::StrideC{}, cute::make_shape(rows, source.n, 1));
+  source.stride_d = cutlass::make_cute_packed_stride(typename Types::StrideD{}, cute::make_shape(rows, source.n, 1));
+  source.layout_sfb = Types::ScaleConfig::tile_atom_to_shape_SFB(cute::make_shape(rows, source.n, source.k, 1));
   constexpr int kThreads = 128;
-  launch_kernel(masked_group_arguments<Arch, Types>, dim3(unsigned(ceil_div(p.groups, kThreads))),
-                dim3(kThreads), 0, stream, p.pdl, source);
+  // After tile_group_scales the argument kernel may launch early: it waits on that grid first.
+  launch_kernel(group_arguments<Arch, Types>, dim3(unsigned(ceil_div(p.groups, kThreads))), dim3(kThreads), 0,
+                stream, p.pdl || p.grouping == Grouping::Contiguous, source);
 
-  const typename Gemm::Arguments args = blackwell_masked_arguments<Gemm, ElementD>(p, arrays);
+  const typename Gemm::Arguments args = blackwell_grouped_arguments<Gemm, ElementD>(p, arrays);
   Gemm gemm;
   check_cutlass(gemm.can_implement(args), "can_implement", kernel);
-  void* workspace = workspace_bytes > 0 ? static_cast<uint8_t*>(p.scratch) + array_bytes : nullptr;
+  void* workspace = workspace_bytes > 0 ? scratch + array_bytes + tiles_bytes : nullptr;
   check_cutlass(gemm.initialize(args, workspace, stream), "initialize", kernel);
   // Without PDL: the GEMM's tile scheduler may read the group shapes before CUTLASS's grid wait.
   check_cutlass(gemm.run(stream, nullptr, false), "run", kernel);

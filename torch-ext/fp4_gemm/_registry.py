@@ -25,6 +25,7 @@ REFERENCE_IMPLS: dict[str, Callable[..., None]] = {
     "swiglu_quant": reference.swiglu_quant_into,
     "permute_to_masked": reference.permute_into,
     "repack": reference.repack_into,
+    "tile_group_scales": reference.tile_group_scales_into,
 }
 
 

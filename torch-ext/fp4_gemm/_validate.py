@@ -399,6 +399,10 @@ def expert_ids(ids: torch.Tensor, experts: int) -> None:
     real = host[host >= 0]
     if (real[1:] < real[:-1]).any():
         fail("expert_ids must be sorted in non-decreasing order (ignoring -1 padding rows)")
+    runs = torch.unique_consecutive(host)
+    runs = runs[runs >= 0]
+    if (runs[1:] == runs[:-1]).any():  # grouped kernels take each expert's rows as one range
+        fail("expert_ids: each expert's rows must be consecutive (-1 padding rows only before, between or after them)")
 
 
 def valid_counts(name: str, counts: torch.Tensor, maximum: int) -> None:

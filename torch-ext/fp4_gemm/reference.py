@@ -434,6 +434,60 @@ def row_groups(
     return expert.clamp(0, groups - 1), owned
 
 
+def group_scale_tiles(rows: int, groups: int) -> int:
+    """128-row tiles that tile_group_scales_into may fill: ceil(rows / 128) + groups, since the sum
+    over experts of ceil(rows_e / 128) is at most rows / 128 + groups (csrc/gemm/group_scales.h)."""
+    return _ceil_div(rows, SF_TILE_ROWS) + groups
+
+
+def contiguous_group_rows(group_index: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each expert's rows of a contiguous grouping: from its first to its last row with its id
+    (rows 0, first 0 when it has none); ids outside [0, groups) belong to no expert."""
+    ids = group_index.long().reshape(-1)
+    index = torch.arange(ids.numel(), device=ids.device)
+    key = torch.where((ids >= 0) & (ids < groups), ids, groups)  # one spare slot for the others
+    first = torch.full((groups + 1,), ids.numel(), dtype=torch.long, device=ids.device)
+    last = torch.full((groups + 1,), -1, dtype=torch.long, device=ids.device)
+    first = first.scatter_reduce(0, key, index, "amin")[:groups]
+    last = last.scatter_reduce(0, key, index, "amax")[:groups]
+    rows = (last - first + 1).clamp(min=0)
+    return torch.where(rows > 0, first, 0), rows
+
+
+def tile_group_scales_into(
+    group_index: torch.Tensor,
+    scales: torch.Tensor,
+    groups: int,
+    nkb: int,
+    layout: torch.Tensor,
+    out_scales: torch.Tensor,
+) -> None:
+    """`tile_group_scales` op: a contiguous grouping's A scales re-laid so that every expert starts on
+    a 128-row SfAtom tile. layout int32 [3, groups] receives each expert's first row, rows
+    (contiguous_group_rows) and first tile (exclusive prefix sum of ceil(rows / 128), all clamped to
+    group_scale_tiles tiles); out_scales (at least group_scale_tiles(M, groups) tiles of
+    ceil(nkb / 4) * 512 bytes) holds row first + i of expert e at row tile * 128 + i. The rest of an
+    expert's last tile and the padding columns are 0; tiles past the last expert's are not written."""
+    capacity = group_scale_tiles(group_index.numel(), groups)
+    first, rows = contiguous_group_rows(group_index, groups)
+    tiles = -(-rows // SF_TILE_ROWS)
+    tile = (torch.cumsum(tiles, 0) - tiles).clamp(max=capacity)
+    tiles = torch.minimum(tiles, capacity - tile)
+    rows = torch.minimum(rows, tiles * SF_TILE_ROWS)
+    layout.copy_(torch.stack([first, rows, tile]).to(torch.int32).reshape(layout.shape))
+    device = scales.device
+    expert = torch.repeat_interleave(torch.arange(groups, device=device), tiles * SF_TILE_ROWS)
+    dest = torch.arange(expert.numel(), device=device)  # the experts' tiles follow one another
+    i = dest - tile[expert] * SF_TILE_ROWS
+    kb = torch.arange(_ceil_div(nkb, SF_TILE_COLS) * SF_TILE_COLS, device=device)
+    valid = (i < rows[expert])[:, None] & (kb < nkb)[None, :]
+    source = sf_offset(
+        (first[expert] + i).clamp(max=max(group_index.numel() - 1, 0))[:, None], kb.clamp(max=nkb - 1), nkb
+    )
+    values = torch.where(valid, scales.reshape(-1)[source], 0).to(torch.uint8)
+    out_scales.reshape(-1)[sf_offset(dest[:, None], kb[None, :], nkb)] = values
+
+
 def gemm_accumulate(a: torch.Tensor, b: torch.Tensor, group: torch.Tensor, groups: int) -> torch.Tensor:
     """acc[m, n] = sum_k A[m, k] * B[group[m], n, k] in float64 over exactly dequantized operands."""
     a64, b64 = a.double(), b.double().reshape(groups, -1, a.shape[1])

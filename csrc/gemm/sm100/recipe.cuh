@@ -7,8 +7,8 @@
 // (mx_float8_t<e4m3>, UE8M0 per 32), scales in the SfAtom layout; D bf16 or fp16; the epilogue is
 // blackwell_epilogue.cuh. Tiles: Default = 1-SM MMA 128 x 128, Widen = 2-SM MMA 256 x 128 on a 2 x 1
 // cluster; K per stage is 128 bytes of each operand row (256 FP4 or 128 FP8 elements). Dense and
-// batched (L mode) problems run the GemmUniversal kernel of their tile, masked groups the ptr-array
-// kernel of the default tile (blackwell_grouped.cuh).
+// batched (L mode) problems run the GemmUniversal kernel of their tile, masked and contiguous groups
+// the ptr-array kernel of the default tile (blackwell_grouped.cuh).
 // Constraints: blackwell_supports(). Reference: reference.gemm_into.
 #pragma once
 
@@ -61,8 +61,8 @@ struct Sm100Operand<OperandFormat::Mxfp8> {
   using ScheduleGrouped = cutlass::gemm::KernelPtrArrayTmaWarpSpecialized1SmMxf8f6f4Sm100;
 };
 
-// `Grouped`: the ptr-array kernel of masked problems (per-group arguments in device arrays,
-// blackwell_grouped.cuh), default tile only.
+// `Grouped`: the ptr-array kernel of masked and contiguous problems (per-group arguments in device
+// arrays, blackwell_grouped.cuh), default tile only.
 template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile, bool Grouped = false>
 struct Sm100Recipe {
   static_assert(Tile == BlackwellTile::Default || (Tile == BlackwellTile::Widen && !Grouped),
@@ -111,9 +111,9 @@ template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile
 void Sm100Kernel<Arch, Format, Out, Tile>::run(const GemmProblem& problem, cudaStream_t stream) {
   const BlackwellKernelId id{Arch, Format, Out, Tile};
   if constexpr (Tile == BlackwellTile::Default) {
-    if (problem.grouping == Grouping::Masked) {
+    if (blackwell_grouped(problem)) {
       using Grouped = Sm100Recipe<Arch, Format, Out, Tile, true>;
-      return run_blackwell_masked<Arch, typename Grouped::Gemm, typename Grouped::ElementD>(problem, stream, id);
+      return run_blackwell_grouped<Arch, typename Grouped::Gemm, typename Grouped::ElementD>(problem, stream, id);
     }
   }
   using Recipe = Sm100Recipe<Arch, Format, Out, Tile>;
@@ -125,9 +125,9 @@ void Sm100Kernel<Arch, Format, Out, Tile>::run(const GemmProblem& problem, cudaS
 template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile>
 int64_t Sm100Kernel<Arch, Format, Out, Tile>::scratch_bytes(const GemmProblem& problem) {
   if constexpr (Tile == BlackwellTile::Default) {
-    if (problem.grouping == Grouping::Masked) {
+    if (blackwell_grouped(problem)) {
       using Grouped = Sm100Recipe<Arch, Format, Out, Tile, true>;
-      return blackwell_masked_scratch_bytes<typename Grouped::Gemm, typename Grouped::ElementD>(problem);
+      return blackwell_grouped_scratch_bytes<typename Grouped::Gemm, typename Grouped::ElementD>(problem);
     }
   }
   using Recipe = Sm100Recipe<Arch, Format, Out, Tile>;

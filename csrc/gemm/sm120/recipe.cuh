@@ -8,8 +8,8 @@
 // blackwell_epilogue.cuh. Tiles (128 K elements per stage, the shapes CUTLASS documents for these
 // schedules): Default = cooperative 128 x 128, Widen = cooperative 256 x 128, Pingpong = two
 // consumer warpgroups on alternating 128 x 128 tiles. Dense and batched (L mode) problems run the
-// GemmUniversal kernel of their tile, masked groups the grouped kernel of the default tile
-// (blackwell_grouped.cuh). Constraints: blackwell_supports(). Reference: reference.gemm_into.
+// GemmUniversal kernel of their tile, masked and contiguous groups the grouped kernel of the default
+// tile (blackwell_grouped.cuh). Constraints: blackwell_supports(). Reference: reference.gemm_into.
 #pragma once
 
 // CUTLASS's kernels wait on the previous grid (griddepcontrol.wait) only with this defined (its
@@ -57,8 +57,8 @@ struct Sm120Operand<OperandFormat::Mxfp8> {
   using Pingpong = cutlass::gemm::KernelTmaWarpSpecializedPingpongMxf8f6f4Sm120;
 };
 
-// `Grouped`: the ptr-array kernel of masked problems (per-group arguments in device arrays,
-// blackwell_grouped.cuh), default tile only; KernelScheduleAuto picks the grouped cooperative
+// `Grouped`: the ptr-array kernel of masked and contiguous problems (per-group arguments in device
+// arrays, blackwell_grouped.cuh), default tile only; KernelScheduleAuto picks the grouped cooperative
 // schedule and the format's MMA from the pointer layout tags and the element types.
 template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile, bool Grouped = false>
 struct Sm120Recipe {
@@ -100,9 +100,9 @@ template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile
 void Sm120Kernel<Arch, Format, Out, Tile>::run(const GemmProblem& problem, cudaStream_t stream) {
   const BlackwellKernelId id{Arch, Format, Out, Tile};
   if constexpr (Tile == BlackwellTile::Default) {
-    if (problem.grouping == Grouping::Masked) {
+    if (blackwell_grouped(problem)) {
       using Grouped = Sm120Recipe<Arch, Format, Out, Tile, true>;
-      return run_blackwell_masked<Arch, typename Grouped::Gemm, typename Grouped::ElementD>(problem, stream, id);
+      return run_blackwell_grouped<Arch, typename Grouped::Gemm, typename Grouped::ElementD>(problem, stream, id);
     }
   }
   using Recipe = Sm120Recipe<Arch, Format, Out, Tile>;
@@ -114,9 +114,9 @@ void Sm120Kernel<Arch, Format, Out, Tile>::run(const GemmProblem& problem, cudaS
 template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile>
 int64_t Sm120Kernel<Arch, Format, Out, Tile>::scratch_bytes(const GemmProblem& problem) {
   if constexpr (Tile == BlackwellTile::Default) {
-    if (problem.grouping == Grouping::Masked) {
+    if (blackwell_grouped(problem)) {
       using Grouped = Sm120Recipe<Arch, Format, Out, Tile, true>;
-      return blackwell_masked_scratch_bytes<typename Grouped::Gemm, typename Grouped::ElementD>(problem);
+      return blackwell_grouped_scratch_bytes<typename Grouped::Gemm, typename Grouped::ElementD>(problem);
     }
   }
   using Recipe = Sm120Recipe<Arch, Format, Out, Tile>;

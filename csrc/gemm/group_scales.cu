@@ -1,0 +1,177 @@
+// Contiguous groups on whole scale tiles (group_scales.h says what is computed): one block finds every
+// expert's rows and first tile, then a wide kernel moves each expert's scale rows, one thread per
+// (workspace row, K tile): the 4 scale bytes of a row in one K tile are adjacent in the SfAtom
+// layout, so each thread moves one 32-bit word.
+#include <climits>
+#include <stdexcept>
+#include <type_traits>
+
+#include "csrc/common/launch.cuh"
+#include "csrc/gemm/group_scales.h"
+
+namespace fp4_gemm {
+namespace {
+
+constexpr int kGroupThreads = 1024;
+constexpr int kWarps = kGroupThreads / 32;
+
+struct GroupRowsParams {
+  const int32_t* ids;
+  int32_t m;
+  int32_t groups;
+  int32_t capacity;  // tiles
+  GroupScaleTiles out;
+};
+
+// Exclusive prefix sum of `value` over the block (every thread calls it), plus the block's total.
+// 64-bit: ids a valid call never has (overlapping experts) may ask for more tiles than int holds.
+__device__ long long block_exclusive_sum(long long value, long long* total) {
+  __shared__ long long warp_sums[kWarps];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  long long inclusive = value;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset *= 2) {
+    const long long below = __shfl_up_sync(0xffffffffu, inclusive, offset);
+    if (lane >= offset) inclusive += below;
+  }
+  if (lane == 31) warp_sums[warp] = inclusive;
+  __syncthreads();
+  if (warp == 0) {
+    long long sum = warp_sums[lane];
+#pragma unroll
+    for (int offset = 1; offset < 32; offset *= 2) {
+      const long long below = __shfl_up_sync(0xffffffffu, sum, offset);
+      if (lane >= offset) sum += below;
+    }
+    warp_sums[lane] = sum;  // inclusive over warps
+  }
+  __syncthreads();
+  const long long result = (warp > 0 ? warp_sums[warp - 1] : 0) + inclusive - value;
+  *total = warp_sums[kWarps - 1];
+  __syncthreads();  // warp_sums is reused by the next call
+  return result;
+}
+
+// One block: (1) every expert empty, (2) the rows where an expert's run starts or ends lower its
+// first / raise its last (one atomic per expert for valid ids), (3) rows and tiles per expert in
+// order, clamped to the capacity, and the expert of every tile.
+__global__ void __launch_bounds__(kGroupThreads) group_rows_kernel(const GroupRowsParams p) {
+  griddep_wait();  // the ids may come from the previous kernel
+  griddep_launch_dependents();
+  int32_t* first = p.out.first;
+  int32_t* last = p.out.rows;  // the last row until step 3 turns it into a count
+  for (int e = threadIdx.x; e < p.groups; e += kGroupThreads) {
+    first[e] = INT_MAX;
+    last[e] = -1;
+  }
+  __syncthreads();
+  for (int r = threadIdx.x; r < p.m; r += kGroupThreads) {
+    const int id = p.ids[r];
+    if (id < 0 || id >= p.groups) continue;
+    if (r == 0 || p.ids[r - 1] != id) atomicMin(&first[id], r);
+    if (r == p.m - 1 || p.ids[r + 1] != id) atomicMax(&last[id], r);
+  }
+  __syncthreads();
+  __shared__ long long carry;  // tiles of the experts before this chunk, clamped to the capacity
+  if (threadIdx.x == 0) carry = 0;
+  __syncthreads();
+  for (int base = 0; base < p.groups; base += kGroupThreads) {
+    const int e = base + static_cast<int>(threadIdx.x);
+    const int start = e < p.groups ? first[e] : 0;
+    const int end = e < p.groups ? last[e] : -1;
+    const int rows = end >= start ? end - start + 1 : 0;
+    long long total = 0;
+    const int wanted = static_cast<int>(ceil_div(rows, kSfTileRows));
+    const long long capacity = p.capacity;
+    const int tile = static_cast<int>(min(carry + block_exclusive_sum(wanted, &total), capacity));
+    const int tiles = min(wanted, p.capacity - tile);
+    if (e < p.groups) {
+      p.out.rows[e] = min(rows, tiles * kSfTileRows);
+      p.out.first[e] = rows > 0 ? start : 0;
+      p.out.tile[e] = tile;
+      for (int t = 0; t < tiles; ++t) p.out.tile_group[tile + t] = e;
+    }
+    __syncthreads();  // every thread has read carry
+    if (threadIdx.x == 0) carry = min(carry + total, capacity);
+    __syncthreads();
+  }
+  for (int t = static_cast<int>(carry) + static_cast<int>(threadIdx.x); t < p.capacity; t += kGroupThreads) {
+    p.out.tile_group[t] = -1;
+  }
+}
+
+struct MoveParams {
+  const uint8_t* scales;
+  int64_t nkb;
+  int64_t nkt;
+  int64_t rows;  // capacity * 128
+  GroupScaleTiles out;
+};
+
+__global__ void __launch_bounds__(kMatrixThreads) move_scales_kernel(const MoveParams p) {
+  griddep_wait();  // the tiles of group_rows_kernel
+  griddep_launch_dependents();
+  const int64_t kt = matrix_col();
+  if (kt >= p.nkt) return;
+  // Bytes of this K tile that are scale columns (the rest are the layout's zero padding).
+  const int64_t columns = p.nkb - kt * kSfTileCols;
+  const uint32_t mask = columns >= 4 ? 0xffffffffu : (1u << (8 * columns)) - 1u;
+  for (int64_t row = matrix_first_row(); row < p.rows; row += matrix_row_stride()) {
+    const int e = p.out.tile_group[row / kSfTileRows];
+    if (e < 0) continue;
+    const int64_t i = row - int64_t{p.out.tile[e]} * kSfTileRows;
+    uint32_t word = 0;
+    if (i < p.out.rows[e]) {
+      const int64_t source = sf_offset(p.out.first[e] + i, kt * kSfTileCols, p.nkt);
+      word = __ldg(reinterpret_cast<const uint32_t*>(p.scales + source)) & mask;
+    }
+    *reinterpret_cast<uint32_t*>(p.out.scales + sf_offset(row, kt * kSfTileCols, p.nkt)) = word;
+  }
+}
+
+}  // namespace
+
+int64_t carve_group_scale_tiles(void* scratch, int64_t m, int64_t groups, int64_t nkb, GroupScaleTiles* tiles) {
+  constexpr int64_t kAlign = 256;
+  int64_t offset = 0;
+  const auto take = [&](auto*& part, int64_t bytes) {
+    using T = std::remove_reference_t<decltype(*part)>;
+    part = scratch == nullptr ? nullptr : reinterpret_cast<T*>(static_cast<uint8_t*>(scratch) + offset);
+    offset += ceil_div(bytes, kAlign) * kAlign;
+  };
+  const int64_t index_bytes = groups * static_cast<int64_t>(sizeof(int32_t));
+  take(tiles->first, index_bytes);
+  take(tiles->rows, index_bytes);
+  take(tiles->tile, index_bytes);
+  take(tiles->tile_group, group_scale_tiles(m, groups) * static_cast<int64_t>(sizeof(int32_t)));
+  take(tiles->scales, group_scale_bytes(m, groups, nkb));
+  return offset;
+}
+
+void tile_group_scales(const TileGroupScalesProblem& problem, cudaStream_t stream) {
+  const int64_t capacity = group_scale_tiles(problem.m, problem.groups);
+  if (problem.groups < 1 || problem.m < 0 || capacity * kSfTileRows > INT_MAX || problem.nkb < 1 ||
+      !is_aligned(problem.scales, 4) || !is_aligned(problem.out.scales, 4)) {
+    throw std::runtime_error("fp4_gemm: tile_group_scales needs 1 <= groups, (m / 128 + groups) * 128 < 2^31 rows "
+                             "and 4-byte aligned scale buffers");
+  }
+  GroupRowsParams rows{};
+  rows.ids = problem.group_index;
+  rows.m = static_cast<int32_t>(problem.m);
+  rows.groups = static_cast<int32_t>(problem.groups);
+  rows.capacity = static_cast<int32_t>(capacity);
+  rows.out = problem.out;
+  launch_kernel(group_rows_kernel, dim3(1), dim3(kGroupThreads), 0, stream, problem.pdl, rows);
+
+  MoveParams move{};
+  move.scales = problem.scales;
+  move.nkb = problem.nkb;
+  move.nkt = sf_k_tiles(problem.nkb);
+  move.rows = capacity * kSfTileRows;
+  move.out = problem.out;
+  const MatrixLaunch shape = matrix_launch(move.rows, move.nkt);
+  // PDL: the move waits for group_rows_kernel's grid (griddep_wait) before it reads the tiles.
+  launch_kernel(move_scales_kernel, shape.grid, shape.block, 0, stream, true, move);
+}
+
+}  // namespace fp4_gemm
