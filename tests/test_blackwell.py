@@ -52,12 +52,13 @@ def tile_built(cc: int, fmt: str, tile: str) -> bool:
 
 
 def kernel_count(cc: int, fmt: str) -> int:
-    """Per output type (bf16, fp16): one kernel per built tile, plus the grouped (masked) kernel."""
-    return 2 * (sum(tile_built(cc, fmt, tile) for tile in TILES) + 1)
+    """Per output type (bf16, fp16): one kernel per built tile, plus the grouped (masked) kernel; NVFP4
+    adds the float32 stage of the staged backend (default tile)."""
+    return 2 * (sum(tile_built(cc, fmt, tile) for tile in TILES) + 1) + (fmt == "nvfp4")
 
 
 def test_instantiation_table_counts():
-    assert [kernel_count(cc, f) for cc in BLACKWELL for f in FORMATS] == [6, 6, 6, 6, 6, 6, 6, 8, 8]
+    assert [kernel_count(cc, f) for cc in BLACKWELL for f in FORMATS] == [6, 6, 7, 6, 6, 7, 6, 8, 9]
 
 
 # ---- machine code -----------------------------------------------------------------------------
@@ -200,12 +201,24 @@ def backend(fp4, cc, a_format="nvfp4", b_format=None, m=256, n=4096, k=4096, **k
 
 
 @pytest.mark.parametrize("out_format", ["bf16", "fp16"])
-@pytest.mark.parametrize("activation", ["none", "gelu", "relu2"])
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize(
+    "kind",
+    [
+        {"out_format": "nvfp4"},
+        {"out_format": "nvfp4", "activation": "relu2"},
+        {"out_format": "nvfp4_from_fp16", "activation": "gelu"},
+        {"out_format": "nvfp4_from_fp16", "activation": "geglu"},
+    ],
+)
 @pytest.mark.parametrize("cc", BLACKWELL)
-def test_backend_serves_dense_gemms_of_every_format_and_epilogue(fp4, cc, fmt, activation, out_format):
+def test_nvfp4_outputs_are_staged_through_the_float32_kernel(fp4, cc, kind):
+    """The staged backend: the NVFP4 operands' float32 kernel writes alpha * A @ B^T, the rest of the
+    epilogue and the package's quantizer run on that stage. MX operands have no float32 kernel."""
     require_built(cc)
-    assert backend(fp4, cc, fmt, activation=activation, out_format=out_format) == BACKENDS[cc]
+    assert backend(fp4, cc, "nvfp4", **kind) == "staged"
+    assert backend(fp4, cc, "nvfp4", n=4104, **kind) == ""  # N_out % 16 != 0
+    assert backend(fp4, cc, "mxfp8", **kind) == ""
+    assert backend(fp4, cc, "mxfp4", **kind) == ""
 
 
 @pytest.mark.parametrize("schedule", ["auto", "streamk", "m256", "mrows", "skinny"])
@@ -229,9 +242,9 @@ def test_backend_serves_nvfp4_of_the_fp16_result(fp4, cc, fmt, activation):
 @pytest.mark.parametrize(
     "kind",
     [
-        {"out_format": "nvfp4"},  # quantizes the float32 result: no 16-bit stage reproduces it
-        {"activation": "geglu", "out_format": "nvfp4_from_fp16"},  # pairs columns: not per element
-        {"activation": "geglu"},
+        {"out_format": "nvfp4"},  # the staged backend's (a float32 stage)
+        {"activation": "geglu", "out_format": "nvfp4_from_fp16"},  # the staged backend's
+        {"activation": "geglu"},  # pairs columns: not per element
         {"grouping": "contiguous"},  # an expert id per row: no kernel built
         {"b_interleaved": True, "schedule": "gemv", "m": 1},  # the streaming weight layout
         {"a_format": "nvfp4", "b_format": "e0m3", "out_format": "fp16"},  # no E0M3 MMA
