@@ -63,6 +63,16 @@ HOPPER_ENGINE = (
     "nvfp4_gemm_streamk_bias_bf16",
     "nvfp4_gemm_variant_bf16",
 )
+# the NVFP4-output and GeGLU GEMMs, which the staged backend serves from a float32 result of the
+# Hopper engine (on sm_100/110/120 from the Blackwell kernels' float32 stage)
+STAGED = (
+    "cutlass_fp4_gemm_geglu_il_hw_v10",
+    "nvfp4_gemm_bias_gelu_nvfp4",
+    "nvfp4_gemm_bias_gelu_nvfp4_fp16",
+    "nvfp4_gemm_geglu_nvfp4_fp16",
+    "nvfp4_gemm_nvfp4",
+    "nvfp4_gemm_relu2_nvfp4",
+)
 
 # the grouped GEMMs the Blackwell backends serve with CUTLASS's grouped (ptr-array) or L-mode kernels
 BLACKWELL = ("sm_100", "sm_110", "sm_120")
@@ -128,10 +138,10 @@ def test_capabilities_quantizers_are_native_on_every_built_arch(fp4, name):
 
 
 @pytest.mark.parametrize("name", GEMMS)
-def test_capabilities_hopper_engine_gemms_are_native_on_sm90_and_the_rest_reference(fp4, name):
+def test_capabilities_hopper_engine_and_staged_gemms_are_native_on_sm90_and_the_rest_reference(fp4, name):
     if "sm_90" not in built_archs():
         pytest.skip("this build has no sm_90 code")
-    expected = "native" if name in HOPPER_ENGINE else "reference"
+    expected = "native" if name in HOPPER_ENGINE + STAGED else "reference"
     assert fp4.capabilities()["functions"][name]["sm_90"] == expected, name
 
 
@@ -417,3 +427,11 @@ def test_m256_tier_m_min_is_enforced(fp4):
     assert m256_call(fp4, m_min).shape == (m_min, 16)
     with pytest.raises(ValueError, match=f"needs M >= {m_min}, got M={m_min - 1}"):
         m256_call(fp4, m_min - 1)
+
+
+@pytest.mark.parametrize("arch", BLACKWELL)
+@pytest.mark.parametrize("name", STAGED)
+def test_capabilities_staged_gemms_are_compile_verified_on_blackwell(fp4, name, arch):
+    if arch not in built_archs():
+        pytest.skip(f"this build has no {arch} code")
+    assert fp4.capabilities()["functions"][name][arch] == "native (compile-verified)", name

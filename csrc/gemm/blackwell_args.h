@@ -41,6 +41,11 @@ constexpr bool blackwell_tile_built(GemmArch arch, OperandFormat format, Blackwe
   return false;
 }
 
+// Whether a kernel comes with the grouped (ptr-array) kernel of masked problems: the default tile's
+// 16-bit outputs. The float32 stage serves dense and batched problems only (staged.cu).
+template <OutFormat Out, BlackwellTile Tile>
+constexpr bool kHasGroupedKernel = Tile == BlackwellTile::Default && Out != OutFormat::Fp32;
+
 // Which kernel a message is about: "sm100 nvfp4 -> bf16, widen tile".
 struct BlackwellKernelId {
   GemmArch arch;
@@ -51,7 +56,7 @@ struct BlackwellKernelId {
 
 inline std::string describe(const BlackwellKernelId& id) {
   static constexpr const char* kFormats[] = {"mxfp8", "mxfp4", "nvfp4", "e0m3"};
-  static constexpr const char* kOuts[] = {"bf16", "fp16", "nvfp4", "nvfp4_from_fp16"};
+  static constexpr const char* kOuts[] = {"bf16", "fp16", "nvfp4", "nvfp4_from_fp16", "fp32"};
   static constexpr const char* kTiles[] = {"default", "widen", "pingpong"};
   return "sm" + std::to_string(static_cast<int>(id.arch)) + " " + kFormats[static_cast<int>(id.format)] + " -> " +
          kOuts[static_cast<int>(id.out)] + ", " + kTiles[static_cast<int>(id.tile)] + " tile";
@@ -69,9 +74,9 @@ constexpr int64_t kWidenMinRows = 512;
 
 // The tile that runs: the requested variant when this arch compiled it, else the auto choice
 // (an unbuilt or unknown variant falls back, it never fails). Masked and contiguous groups have the
-// default tile's grouped kernel only.
+// default tile's grouped kernel only, and float32 outputs the default tile only.
 inline BlackwellTile choose_blackwell_tile(const GemmProblem& problem, GemmArch arch) {
-  if (blackwell_grouped(problem)) return BlackwellTile::Default;
+  if (blackwell_grouped(problem) || problem.epilogue.out_format == OutFormat::Fp32) return BlackwellTile::Default;
   const int variant = problem.variant;
   if (variant >= 0 && variant <= static_cast<int>(BlackwellTile::Pingpong) &&
       blackwell_tile_built(arch, problem.a.format, static_cast<BlackwellTile>(variant))) {
@@ -104,26 +109,17 @@ inline bool blackwell_format(OperandFormat format) {
   return format == OperandFormat::Mxfp8 || format == OperandFormat::Mxfp4 || format == OperandFormat::Nvfp4;
 }
 
-// The 16-bit type the CUTLASS kernel writes: the output itself, or for an NVFP4-from-fp16 output
-// the fp16 stage that the package's quantizer then encodes (blackwell_backend.h).
-inline OutFormat blackwell_stage_format(OutFormat out) {
-  return out == OutFormat::Bf16 ? OutFormat::Bf16 : OutFormat::Fp16;
-}
-
 // Whether the CUTLASS block-scaled kernels compute `p` (the rules CUTLASS's can_implement and TMA
 // descriptors impose, plus what the epilogue tree implements). Host-side fields only.
 inline bool blackwell_supports(const GemmProblem& p) {
   const GemmEpilogue& e = p.epilogue;
   const bool formats = p.a.format == p.b.format && blackwell_format(p.a.format) && !p.b_interleaved;
-  // bf16/fp16, or NVFP4 of the fp16-rounded result (an fp16 stage, then the package's quantizer; a
-  // residual has no defined dtype there). Plain NVFP4 quantizes the float32 result, which no 16-bit
-  // stage reproduces, and CUTLASS's block-scale-factor epilogue uses approximate reciprocals
-  // (docs/FORMATS.md wants IEEE division): those stay with the reference, as do masked and
-  // contiguous NVFP4 outputs (the quantizer would write rows a group does not own). GeGLU pairs
-  // columns, which the per-element epilogue tree cannot.
-  const bool nvfp4_stage = e.out_format == OutFormat::Nvfp4FromFp16 && e.residual == nullptr &&
-                           e.out_scales != nullptr && p.n % 16 == 0 && !blackwell_grouped(p);
-  const bool out = e.out_format == OutFormat::Bf16 || e.out_format == OutFormat::Fp16 || nvfp4_stage;
+  // bf16/fp16 outputs, and float32 of NVFP4 operands for dense and batched problems: the stage of
+  // the staged backend's NVFP4 outputs and GeGLU (default tile only). NVFP4 itself is never written
+  // here: CUTLASS's block-scale-factor epilogue uses approximate reciprocals (docs/FORMATS.md wants
+  // IEEE division), and GeGLU pairs columns, which the per-element epilogue tree cannot.
+  const bool fp32_stage = e.out_format == OutFormat::Fp32 && p.a.format == OperandFormat::Nvfp4 && !blackwell_grouped(p);
+  const bool out = e.out_format == OutFormat::Bf16 || e.out_format == OutFormat::Fp16 || fp32_stage;
   if (!formats || !out || e.activation == Activation::Geglu || p.m < 1 || p.n < 1 || p.k < 1) return false;
   // Dense; batched where every batch's scales start on a 128-row SfAtom tile (then the flattened
   // buffers are CUTLASS's L-strided ones); masked (the ptr-array kernels) where every group's do;
@@ -155,9 +151,10 @@ inline bool blackwell_supports(const GemmProblem& p) {
   // CUTLASS's problem shape is int.
   const bool shape = p.k % 32 == 0 && p.n % 8 == 0 && p.m <= INT32_MAX && p.n <= INT32_MAX && p.k <= INT32_MAX;
   // The epilogue reads the bias in the kernel's output type.
-  const FloatType stage_type =
-      blackwell_stage_format(e.out_format) == OutFormat::Fp16 ? FloatType::Fp16 : FloatType::Bf16;
-  const bool bias = e.bias == nullptr || (e.bias_type == stage_type && (!e.bias_per_group || per_group));
+  const FloatType out_type = e.out_format == OutFormat::Fp32   ? FloatType::Fp32
+                             : e.out_format == OutFormat::Fp16 ? FloatType::Fp16
+                                                               : FloatType::Bf16;
+  const bool bias = e.bias == nullptr || (e.bias_type == out_type && (!e.bias_per_group || per_group));
   const bool alpha = e.alpha_count <= 1 || (per_group && e.alpha_count == p.groups);
   const bool aligned = is_aligned(p.a.values, 16) && is_aligned(p.b.values, 16) && is_aligned(p.a.scales, 16) &&
                        is_aligned(p.b.scales, 16) && is_aligned(e.out, 16) && is_aligned(e.residual, 16) &&

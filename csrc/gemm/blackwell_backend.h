@@ -1,7 +1,8 @@
 // The Blackwell GEMM backends: one per arch section (sm100, sm110, sm120), each a table of CUTLASS
 // kernels indexed by (operand format, output type, tile), instantiated in the section's gemm_*.cu
 // files and chosen here at run time. Light on purpose: the registering backend.cu units include no
-// CUTLASS.
+// CUTLASS. NVFP4 outputs and GeGLU go through the staged backend (csrc/gemm/staged.cu), which asks
+// these kernels for an fp16 or (NVFP4 operands, default tile) float32 result.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,7 +14,6 @@
 #include "csrc/gemm/backends.h"
 #include "csrc/gemm/blackwell_args.h"
 #include "csrc/gemm/problem.h"
-#include "csrc/quant/quantize.h"
 
 namespace fp4_gemm {
 
@@ -49,6 +49,11 @@ template <template <GemmArch, OperandFormat, OutFormat, BlackwellTile> class Ker
           OperandFormat Format, class Visit>
 decltype(auto) visit_blackwell_format(const GemmProblem& problem, Visit&& visit) {
   const BlackwellTile tile = choose_blackwell_tile(problem, Arch);
+  if constexpr (Format == OperandFormat::Nvfp4) {
+    if (problem.epilogue.out_format == OutFormat::Fp32) {
+      return visit(Kernel<Arch, Format, OutFormat::Fp32, BlackwellTile::Default>{});  // the staged backend's stage
+    }
+  }
   if (problem.epilogue.out_format == OutFormat::Fp16) {
     return visit_blackwell_tile<Kernel, Arch, Format, OutFormat::Fp16>(tile, visit);
   }
@@ -69,58 +74,15 @@ decltype(auto) visit_blackwell_kernel(const GemmProblem& problem, Visit&& visit)
   }
 }
 
-// NVFP4 of the fp16-rounded result (OutFormat::Nvfp4FromFp16): the CUTLASS kernel writes the fp16
-// result into the first fp16_stage_bytes of the scratch (CUTLASS's workspace follows), then the
-// package's NVFP4 quantizer (bit-exact with reference.quantize_blocks) encodes it into out and
-// out_scales, every scale byte of the padded grid included.
-inline int64_t fp16_stage_bytes(const GemmProblem& p) {
-  constexpr int64_t kAlign = 256;
-  return ceil_div(p.m * p.n * 2, kAlign) * kAlign;
-}
-
-inline GemmProblem fp16_stage_problem(const GemmProblem& p) {
-  GemmProblem stage = p;
-  stage.epilogue.out_format = OutFormat::Fp16;
-  stage.epilogue.out = p.scratch;
-  stage.epilogue.out_scales = nullptr;
-  const int64_t bytes = fp16_stage_bytes(p);
-  stage.scratch = p.scratch == nullptr ? nullptr : static_cast<uint8_t*>(p.scratch) + bytes;
-  stage.scratch_bytes = p.scratch_bytes > bytes ? p.scratch_bytes - bytes : 0;
-  return stage;
-}
-
 template <template <GemmArch, OperandFormat, OutFormat, BlackwellTile> class Kernel, GemmArch Arch>
 void run_blackwell(const GemmProblem& problem, cudaStream_t stream) {
-  const auto run = [&](const GemmProblem& p) {
-    visit_blackwell_kernel<Kernel, Arch>(p, [&](auto kernel) { decltype(kernel)::run(p, stream); });
-  };
-  if (problem.epilogue.out_format != OutFormat::Nvfp4FromFp16) return run(problem);
-  if (problem.scratch_bytes < fp16_stage_bytes(problem)) {
-    throw std::runtime_error("fp4_gemm: the Blackwell NVFP4-output GEMM needs " +
-                             std::to_string(fp16_stage_bytes(problem)) + " bytes of scratch for its fp16 stage");
-  }
-  const GemmProblem stage = fp16_stage_problem(problem);
-  run(stage);
-  QuantizeProblem quantize_problem{};
-  quantize_problem.input = stage.epilogue.out;
-  quantize_problem.input_type = FloatType::Fp16;
-  quantize_problem.in_rows = quantize_problem.out_rows = problem.m;
-  quantize_problem.in_cols = quantize_problem.out_cols = problem.n;
-  quantize_problem.values = problem.epilogue.out;
-  quantize_problem.scales = problem.epilogue.out_scales;
-  quantize_problem.recipe = Recipe::Nvfp4;
-  quantize_problem.layout = ScaleLayout::Swizzled;
-  quantize_problem.pdl = true;  // the quantizer waits for the GEMM's grid before its first read
-  quantize(quantize_problem, stream);
+  visit_blackwell_kernel<Kernel, Arch>(problem, [&](auto kernel) { decltype(kernel)::run(problem, stream); });
 }
 
 template <template <GemmArch, OperandFormat, OutFormat, BlackwellTile> class Kernel, GemmArch Arch>
 int64_t blackwell_scratch_bytes(const GemmProblem& problem) {
-  const auto workspace = [&](const GemmProblem& p) {
-    return visit_blackwell_kernel<Kernel, Arch>(p, [&](auto kernel) { return decltype(kernel)::scratch_bytes(p); });
-  };
-  if (problem.epilogue.out_format != OutFormat::Nvfp4FromFp16) return workspace(problem);
-  return fp16_stage_bytes(problem) + workspace(fp16_stage_problem(problem));
+  return visit_blackwell_kernel<Kernel, Arch>(problem,
+                                              [&](auto kernel) { return decltype(kernel)::scratch_bytes(problem); });
 }
 
 // After the skinny tiers (M <= 16), which stream the weight faster than a 128-row tile can.

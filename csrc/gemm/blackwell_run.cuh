@@ -26,7 +26,9 @@
 namespace fp4_gemm {
 
 template <OutFormat Out>
-using BlackwellOutElement = std::conditional_t<Out == OutFormat::Fp16, cutlass::half_t, cutlass::bfloat16_t>;
+using BlackwellOutElement =
+    std::conditional_t<Out == OutFormat::Fp32, float,
+                       std::conditional_t<Out == OutFormat::Fp16, cutlass::half_t, cutlass::bfloat16_t>>;
 
 inline void check_cutlass(cutlass::Status status, const char* step, const BlackwellKernelId& kernel) {
   if (status != cutlass::Status::kSuccess) {

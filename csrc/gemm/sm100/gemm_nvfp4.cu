@@ -1,4 +1,5 @@
-// sm_100a NVFP4 x NVFP4 kernels (bf16/fp16 output, default and widen tiles).
+// sm_100a NVFP4 x NVFP4 kernels (bf16/fp16 output, default and widen tiles; the float32 stage).
 #include "csrc/gemm/sm100/recipe.cuh"
 
 FP4_GEMM_SM100_KERNELS(fp4_gemm::GemmArch::Sm100, fp4_gemm::OperandFormat::Nvfp4)
+FP4_GEMM_SM100_FP32_STAGE(fp4_gemm::GemmArch::Sm100)

@@ -4,7 +4,8 @@
 //   D[l] = act(alpha * A[l] @ B[l]^T + bias + C[l])    A [M, K], B [N, K] (K-major), D/C [M, N] row-major
 //
 // Operands NVFP4 (nv_float4_t<e2m1>, UE4M3 per 16), MXFP4 (mx_float4_t<e2m1>, UE8M0 per 32) or MXFP8
-// (mx_float8_t<e4m3>, UE8M0 per 32), scales in the SfAtom layout; D bf16 or fp16; the epilogue is
+// (mx_float8_t<e4m3>, UE8M0 per 32), scales in the SfAtom layout; D bf16 or fp16 (float32 for the
+// staged backend's stage, NVFP4 operands and default tile only); the epilogue is
 // blackwell_epilogue.cuh. Tiles: Default = 1-SM MMA 128 x 128, Widen = 2-SM MMA 256 x 128 on a 2 x 1
 // cluster; K per stage is 128 bytes of each operand row (256 FP4 or 128 FP8 elements). Dense and
 // batched (L mode) problems run the GemmUniversal kernel of their tile, masked and contiguous groups
@@ -110,7 +111,7 @@ struct Sm100Recipe {
 template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile>
 void Sm100Kernel<Arch, Format, Out, Tile>::run(const GemmProblem& problem, cudaStream_t stream) {
   const BlackwellKernelId id{Arch, Format, Out, Tile};
-  if constexpr (Tile == BlackwellTile::Default) {
+  if constexpr (kHasGroupedKernel<Out, Tile>) {
     if (blackwell_grouped(problem)) {
       using Grouped = Sm100Recipe<Arch, Format, Out, Tile, true>;
       return run_blackwell_grouped<Arch, typename Grouped::Gemm, typename Grouped::ElementD>(problem, stream, id);
@@ -124,7 +125,7 @@ void Sm100Kernel<Arch, Format, Out, Tile>::run(const GemmProblem& problem, cudaS
 
 template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile>
 int64_t Sm100Kernel<Arch, Format, Out, Tile>::scratch_bytes(const GemmProblem& problem) {
-  if constexpr (Tile == BlackwellTile::Default) {
+  if constexpr (kHasGroupedKernel<Out, Tile>) {
     if (blackwell_grouped(problem)) {
       using Grouped = Sm100Recipe<Arch, Format, Out, Tile, true>;
       return blackwell_grouped_scratch_bytes<typename Grouped::Gemm, typename Grouped::ElementD>(problem);
@@ -143,3 +144,8 @@ int64_t Sm100Kernel<Arch, Format, Out, Tile>::scratch_bytes(const GemmProblem& p
   template struct fp4_gemm::Sm100Kernel<ARCH, FORMAT, fp4_gemm::OutFormat::Fp16, fp4_gemm::BlackwellTile::Default>; \
   template struct fp4_gemm::Sm100Kernel<ARCH, FORMAT, fp4_gemm::OutFormat::Bf16, fp4_gemm::BlackwellTile::Widen>;   \
   template struct fp4_gemm::Sm100Kernel<ARCH, FORMAT, fp4_gemm::OutFormat::Fp16, fp4_gemm::BlackwellTile::Widen>;
+
+// The float32 stage of the staged backend's NVFP4 outputs: NVFP4 operands, default tile.
+#define FP4_GEMM_SM100_FP32_STAGE(ARCH)                                                        \
+  template struct fp4_gemm::Sm100Kernel<ARCH, fp4_gemm::OperandFormat::Nvfp4, fp4_gemm::OutFormat::Fp32, \
+                                        fp4_gemm::BlackwellTile::Default>;

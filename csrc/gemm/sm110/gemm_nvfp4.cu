@@ -2,3 +2,4 @@
 #include "csrc/gemm/sm100/recipe.cuh"
 
 FP4_GEMM_SM100_KERNELS(fp4_gemm::GemmArch::Sm110, fp4_gemm::OperandFormat::Nvfp4)
+FP4_GEMM_SM100_FP32_STAGE(fp4_gemm::GemmArch::Sm110)

@@ -1,6 +1,7 @@
-// sm_120a NVFP4 x NVFP4 kernels: bf16/fp16 output, default, widen and pingpong tiles.
+// sm_120a NVFP4 x NVFP4 kernels: bf16/fp16 output, default, widen and pingpong tiles; the float32 stage.
 #include "csrc/gemm/sm120/recipe.cuh"
 
 FP4_GEMM_SM120_KERNEL(fp4_gemm::OperandFormat::Nvfp4, fp4_gemm::BlackwellTile::Default)
 FP4_GEMM_SM120_KERNEL(fp4_gemm::OperandFormat::Nvfp4, fp4_gemm::BlackwellTile::Widen)
 FP4_GEMM_SM120_KERNEL(fp4_gemm::OperandFormat::Nvfp4, fp4_gemm::BlackwellTile::Pingpong)
+FP4_GEMM_SM120_FP32_STAGE

@@ -4,7 +4,8 @@
 //   D[l] = act(alpha * A[l] @ B[l]^T + bias + C[l])    A [M, K], B [N, K] (K-major), D/C [M, N] row-major
 //
 // Operands NVFP4 (nv_float4_t<e2m1>, UE4M3 per 16), MXFP4 (mx_float4_t<e2m1>, UE8M0 per 32) or MXFP8
-// (mx_float8_t<e4m3>, UE8M0 per 32), scales in the SfAtom layout; D bf16 or fp16; the epilogue is
+// (mx_float8_t<e4m3>, UE8M0 per 32), scales in the SfAtom layout; D bf16 or fp16 (float32 for the
+// staged backend's stage, NVFP4 operands and default tile only); the epilogue is
 // blackwell_epilogue.cuh. Tiles (128 K elements per stage, the shapes CUTLASS documents for these
 // schedules): Default = cooperative 128 x 128, Widen = cooperative 256 x 128, Pingpong = two
 // consumer warpgroups on alternating 128 x 128 tiles. Dense and batched (L mode) problems run the
@@ -99,7 +100,7 @@ struct Sm120Recipe {
 template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile>
 void Sm120Kernel<Arch, Format, Out, Tile>::run(const GemmProblem& problem, cudaStream_t stream) {
   const BlackwellKernelId id{Arch, Format, Out, Tile};
-  if constexpr (Tile == BlackwellTile::Default) {
+  if constexpr (kHasGroupedKernel<Out, Tile>) {
     if (blackwell_grouped(problem)) {
       using Grouped = Sm120Recipe<Arch, Format, Out, Tile, true>;
       return run_blackwell_grouped<Arch, typename Grouped::Gemm, typename Grouped::ElementD>(problem, stream, id);
@@ -113,7 +114,7 @@ void Sm120Kernel<Arch, Format, Out, Tile>::run(const GemmProblem& problem, cudaS
 
 template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile>
 int64_t Sm120Kernel<Arch, Format, Out, Tile>::scratch_bytes(const GemmProblem& problem) {
-  if constexpr (Tile == BlackwellTile::Default) {
+  if constexpr (kHasGroupedKernel<Out, Tile>) {
     if (blackwell_grouped(problem)) {
       using Grouped = Sm120Recipe<Arch, Format, Out, Tile, true>;
       return blackwell_grouped_scratch_bytes<typename Grouped::Gemm, typename Grouped::ElementD>(problem);
@@ -130,3 +131,8 @@ int64_t Sm120Kernel<Arch, Format, Out, Tile>::scratch_bytes(const GemmProblem& p
 #define FP4_GEMM_SM120_KERNEL(FORMAT, TILE)                                                                   \
   template struct fp4_gemm::Sm120Kernel<fp4_gemm::GemmArch::Sm120, FORMAT, fp4_gemm::OutFormat::Bf16, TILE>; \
   template struct fp4_gemm::Sm120Kernel<fp4_gemm::GemmArch::Sm120, FORMAT, fp4_gemm::OutFormat::Fp16, TILE>;
+
+// The float32 stage of the staged backend's NVFP4 outputs: NVFP4 operands, default tile.
+#define FP4_GEMM_SM120_FP32_STAGE                                                                         \
+  template struct fp4_gemm::Sm120Kernel<fp4_gemm::GemmArch::Sm120, fp4_gemm::OperandFormat::Nvfp4, \
+                                        fp4_gemm::OutFormat::Fp32, fp4_gemm::BlackwellTile::Default>;
