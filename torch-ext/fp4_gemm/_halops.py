@@ -129,8 +129,9 @@ def group_contiguous_gemm(
     """output[m] = alpha[e] * (input[m] @ weight[e]^T) + bias[e] with e = expert_ids[m], in place.
 
     input [M, K] tokens packed contiguously; weight [E, N, K]; expert_ids int32 [M], non-decreasing,
-    -1 marks a padding row that is not written (ids outside [-1, E) are skipped too); output
-    bfloat16 [M, N]; bias bfloat16 [E, N]; alpha float32 [E].
+    each expert's rows consecutive; -1 marks a padding row that is not written, before, between or
+    after experts' rows (ids outside [-1, E) are skipped too); output bfloat16 [M, N]; bias bfloat16
+    [E, N]; alpha float32 [E].
     """
     _gemm("contiguous", mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, expert_ids)
 
