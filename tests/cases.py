@@ -12,6 +12,16 @@ HALF_DTYPES = (torch.bfloat16, torch.float16)
 GROUP = {"w8a8-mxfp8": 32, "w4a4-mxfp4": 32, "w4a4-nvfp4": 16}
 QMAX = {"w8a8-mxfp8": 448.0, "w4a4-mxfp4": 6.0, "w4a4-nvfp4": 6.0}
 
+# The kinds of GEMM the staged backend serves (csrc/gemm/staged.cu): NVFP4 outputs with each
+# finishing step, and GeGLU.
+STAGED_KINDS = (
+    {"out_format": "nvfp4"},
+    {"out_format": "nvfp4", "activation": "relu2"},
+    {"out_format": "nvfp4", "activation": "gelu"},
+    {"out_format": "nvfp4_from_fp16", "activation": "gelu"},
+    {"out_format": "nvfp4_from_fp16", "activation": "geglu"},
+)
+
 # Rows around the 128-row scale tile and columns around the 4-block scale tile.
 QUANT_SHAPES = ((1, 32), (7, 64), (127, 96), (128, 128), (129, 160), (300, 512), (1000, 2048))
 LARGE_QUANT_SHAPE = (8192, 7168)

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cases import STAGED_KINDS
 from conftest import variant_dir, variant_metadata
 
 BLACKWELL = {100: "10.0a", 110: "11.0a", 120: "12.0a"}
@@ -220,15 +221,7 @@ def test_backend_serves_every_schedule_of_row_major_weights(fp4, cc, schedule):
     assert backend(fp4, cc, m=512, schedule=schedule) == BACKENDS[cc]
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [
-        {"out_format": "nvfp4"},
-        {"out_format": "nvfp4", "activation": "relu2"},
-        {"out_format": "nvfp4_from_fp16", "activation": "gelu"},
-        {"out_format": "nvfp4_from_fp16", "activation": "geglu"},
-    ],
-)
+@pytest.mark.parametrize("kind", STAGED_KINDS)
 @pytest.mark.parametrize("cc", BLACKWELL)
 def test_nvfp4_outputs_are_staged_through_the_float32_kernel(fp4, cc, kind):
     """The staged backend: the NVFP4 operands' float32 kernel writes alpha * A @ B^T, the rest of the

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 from api_cases import nvfp4_operand
+from cases import STAGED_KINDS
 from checks import assert_bitwise_equal, assert_nvfp4_output_within_bound, poisoned_like
 from conftest import HAS_CUDA
 
@@ -36,16 +37,7 @@ def require_sm90_build(fp4) -> None:
 
 
 @pytest.mark.kernels_ci
-@pytest.mark.parametrize(
-    "kind",
-    [
-        {"out_format": "nvfp4"},
-        {"out_format": "nvfp4", "activation": "relu2"},
-        {"out_format": "nvfp4", "activation": "gelu"},
-        {"out_format": "nvfp4_from_fp16", "activation": "gelu"},
-        {"out_format": "nvfp4_from_fp16", "activation": "geglu"},
-    ],
-)
+@pytest.mark.parametrize("kind", STAGED_KINDS)
 def test_staged_serves_nvfp4_outputs_through_the_hopper_engine(fp4, kind):
     require_sm90_build(fp4)
     assert backend(fp4, **kind) == "staged"
