@@ -50,7 +50,7 @@ def test_engine_serves_activations_with_16_bit_outputs(fp4, activation):
     "kind",
     [{"out_format": "nvfp4"}, {"activation": "geglu"}, {"grouping": "masked"}, {"grouping": "contiguous"}],
 )
-def test_engine_leaves_quantized_outputs_geglu_and_grouping_to_later_work(fp4, kind):
+def test_engine_leaves_quantized_outputs_geglu_and_grouping_to_other_backends(fp4, kind):
     assert backend(fp4, **kind) != "sm90_engine"
 
 
