@@ -270,4 +270,38 @@ void run_blackwell_grouped(const GemmProblem& p, cudaStream_t stream, const Blac
   FP4_GEMM_CUDA_CHECK(cudaGetLastError());
 }
 
+// run() and scratch_bytes() of a family's kernel (Sm100Kernel, Sm120Kernel), given its recipe
+// template: masked and contiguous problems take the recipe's grouped twin where it has one
+// (kHasGroupedKernel), the rest its universal kernel. Only sm_110a launches without PDL (CUTLASS's
+// grid-dependency guard does not cover it).
+template <template <GemmArch, OperandFormat, OutFormat, BlackwellTile, bool> class Recipe, GemmArch Arch,
+          OperandFormat Format, OutFormat Out, BlackwellTile Tile>
+void run_blackwell_recipe(const GemmProblem& problem, cudaStream_t stream) {
+  const BlackwellKernelId id{Arch, Format, Out, Tile};
+  if constexpr (kHasGroupedKernel<Out, Tile>) {
+    if (blackwell_grouped(problem)) {
+      using Grouped = Recipe<Arch, Format, Out, Tile, true>;
+      return run_blackwell_grouped<Arch, typename Grouped::Gemm, typename Grouped::ElementD>(problem, stream, id);
+    }
+  }
+  using Universal = Recipe<Arch, Format, Out, Tile, false>;
+  static_assert(scale_layout_is_sf_offset<typename Universal::CollectiveMainloop::Sm1xxBlkScaledConfig>(),
+                "CUTLASS's scale-factor layout differs from sf_offset");
+  run_blackwell_gemm<typename Universal::Gemm, typename Universal::ElementD>(problem, stream, id,
+                                                                            Arch != GemmArch::Sm110);
+}
+
+template <template <GemmArch, OperandFormat, OutFormat, BlackwellTile, bool> class Recipe, GemmArch Arch,
+          OperandFormat Format, OutFormat Out, BlackwellTile Tile>
+int64_t blackwell_recipe_scratch_bytes(const GemmProblem& problem) {
+  if constexpr (kHasGroupedKernel<Out, Tile>) {
+    if (blackwell_grouped(problem)) {
+      using Grouped = Recipe<Arch, Format, Out, Tile, true>;
+      return blackwell_grouped_scratch_bytes<typename Grouped::Gemm, typename Grouped::ElementD>(problem);
+    }
+  }
+  using Universal = Recipe<Arch, Format, Out, Tile, false>;
+  return blackwell_workspace_bytes<typename Universal::Gemm, typename Universal::ElementD>(problem);
+}
+
 }  // namespace fp4_gemm

@@ -99,29 +99,12 @@ struct Sm120Recipe {
 
 template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile>
 void Sm120Kernel<Arch, Format, Out, Tile>::run(const GemmProblem& problem, cudaStream_t stream) {
-  const BlackwellKernelId id{Arch, Format, Out, Tile};
-  if constexpr (kHasGroupedKernel<Out, Tile>) {
-    if (blackwell_grouped(problem)) {
-      using Grouped = Sm120Recipe<Arch, Format, Out, Tile, true>;
-      return run_blackwell_grouped<Arch, typename Grouped::Gemm, typename Grouped::ElementD>(problem, stream, id);
-    }
-  }
-  using Recipe = Sm120Recipe<Arch, Format, Out, Tile>;
-  static_assert(scale_layout_is_sf_offset<typename Recipe::CollectiveMainloop::Sm1xxBlkScaledConfig>(),
-                "CUTLASS's scale-factor layout differs from sf_offset");
-  run_blackwell_gemm<typename Recipe::Gemm, typename Recipe::ElementD>(problem, stream, id, true);
+  run_blackwell_recipe<Sm120Recipe, Arch, Format, Out, Tile>(problem, stream);
 }
 
 template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile>
 int64_t Sm120Kernel<Arch, Format, Out, Tile>::scratch_bytes(const GemmProblem& problem) {
-  if constexpr (kHasGroupedKernel<Out, Tile>) {
-    if (blackwell_grouped(problem)) {
-      using Grouped = Sm120Recipe<Arch, Format, Out, Tile, true>;
-      return blackwell_grouped_scratch_bytes<typename Grouped::Gemm, typename Grouped::ElementD>(problem);
-    }
-  }
-  using Recipe = Sm120Recipe<Arch, Format, Out, Tile>;
-  return blackwell_workspace_bytes<typename Recipe::Gemm, typename Recipe::ElementD>(problem);
+  return blackwell_recipe_scratch_bytes<Sm120Recipe, Arch, Format, Out, Tile>(problem);
 }
 
 }  // namespace fp4_gemm
