@@ -346,7 +346,8 @@ void gemm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& sfa, 
   problem.workspace_bytes = workspace.has_value() ? workspace->nbytes() : 0;
   problem.pdl = pdl;
 
-  if (const GemmBackend* backend = find_gemm_backend(problem, device_cc(a.get_device()))) {
+  problem.cc = device_cc(a.get_device());
+  if (const GemmBackend* backend = find_gemm_backend(problem, problem.cc)) {
     at::Tensor scratch;  // lives until the launch is enqueued; the allocator orders reuse by stream
     if (backend->scratch_bytes != nullptr) {
       const int64_t bytes = backend->scratch_bytes(problem);

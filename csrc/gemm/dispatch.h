@@ -9,11 +9,9 @@
 namespace fp4_gemm {
 
 // The first registered backend (by priority) that runs on compute capability `cc` and serves the
-// problem; nullptr when none does (the op then runs the reference).
+// problem; nullptr when none does (the op then runs the reference). supports() sees the problem
+// with GemmProblem::cc = cc.
 const GemmBackend* find_gemm_backend(const GemmProblem& problem, int cc);
-
-// Compute capability of the current CUDA device (major * 10 + minor).
-int current_device_cc();
 
 // Whether a backend of `arch` has code for compute capability `cc`: portable backends everywhere,
 // arch sections on their own capability only.

@@ -84,8 +84,9 @@ struct GemmProblem {
   void* workspace = nullptr;  // the caller's (the M >= 512 tier's workspace argument)
   int64_t workspace_bytes = 0;
   bool pdl = false;
-  // The compute capability find_gemm_backend matches backends for (it sets this on the problem it
-  // hands to supports()), so that a backend which dispatches in turn asks for the same device.
+  // The compute capability of the device it runs on (the binding sets it; find_gemm_backend sets
+  // the one it matches for on the problem supports() sees), so that a backend which dispatches in
+  // turn asks for the same device.
   int cc = 0;
   // Scratch the binding allocates for the serving backend (GemmBackend::scratch_bytes) from the
   // stream-ordered caching allocator, so graph capture and concurrent streams stay safe. Not zeroed.

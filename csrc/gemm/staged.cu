@@ -80,14 +80,14 @@ const GemmBackend* inner_backend(const GemmProblem& p, int cc) { return find_gem
 
 bool supports(const GemmProblem& p) { return staged_applies(p) && inner_backend(p, p.cc) != nullptr; }
 
-const GemmBackend& inner_backend_here(const GemmProblem& p) {
-  const GemmBackend* inner = inner_backend(p, current_device_cc());
+const GemmBackend& required_inner_backend(const GemmProblem& p) {
+  const GemmBackend* inner = inner_backend(p, p.cc);
   if (inner == nullptr) throw std::runtime_error("fp4_gemm: no backend serves the staged GEMM on this device");
   return *inner;
 }
 
 int64_t scratch_bytes(const GemmProblem& p) {
-  const GemmBackend& inner = inner_backend_here(p);
+  const GemmBackend& inner = required_inner_backend(p);
   const int64_t inner_bytes = inner.scratch_bytes == nullptr ? 0 : inner.scratch_bytes(inner_problem(p));
   return stage_bytes(p) + finished_bytes(p) + inner_bytes;
 }
@@ -137,7 +137,7 @@ void run(const GemmProblem& p, cudaStream_t stream) {
     throw std::runtime_error("fp4_gemm: the staged GEMM got less scratch than scratch_bytes() asked for");
   }
   const GemmProblem inner = inner_problem(p);
-  inner_backend_here(p).run(inner, stream);
+  required_inner_backend(p).run(inner, stream);
 
   const void* encoded = inner.epilogue.out;
   if (finishes(p)) {
