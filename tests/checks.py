@@ -65,6 +65,11 @@ class OpRecorder(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def gelu64(y: torch.Tensor) -> torch.Tensor:
+    """The exact (erf) GELU in float64, the expectation of every GELU and GeGLU epilogue."""
+    return torch.nn.functional.gelu(y, approximate="none")
+
+
 def ulp(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """One unit in the last place of `dtype` at each value of ref (float64), subnormals included."""
     info = torch.finfo(dtype)

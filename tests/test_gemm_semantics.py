@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from api_cases import mode_operand, nvfp4_operand
-from checks import assert_nvfp4_output_within_bound, assert_within_bound
+from checks import assert_nvfp4_output_within_bound, assert_within_bound, gelu64
 
 pytestmark = pytest.mark.kernels_ci
 
@@ -19,10 +19,6 @@ def rows_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """A @ B^T in float64, one output row at a time (independent of the reference's grouped code)."""
     rows = [(a[m].double()[None, :] * b.double()).sum(-1) for m in range(a.shape[0])]
     return torch.stack(rows) if rows else torch.zeros(0, b.shape[0], dtype=torch.float64)
-
-
-def gelu64(y: torch.Tensor) -> torch.Tensor:
-    return torch.nn.functional.gelu(y, approximate="none")
 
 
 def dq(ref, values, scales, fmt="nvfp4"):

@@ -12,7 +12,7 @@ import pytest
 import torch
 from api_cases import nvfp4_operand
 from cases import STAGED_KINDS
-from checks import assert_bitwise_equal, assert_nvfp4_output_within_bound, poisoned_like
+from checks import assert_bitwise_equal, assert_nvfp4_output_within_bound, gelu64, poisoned_like
 from conftest import HAS_CUDA
 
 requires_sm90 = pytest.mark.skipif(
@@ -75,10 +75,6 @@ def gemm64(fp4, a, b, sfa, sfb) -> torch.Tensor:
     a_dq = ref.dequantize(a.cpu(), sfa.cpu(), ref.NVFP4).double()
     b_dq = ref.dequantize(b.cpu(), sfb.cpu(), ref.NVFP4).double()
     return a_dq @ b_dq.T
-
-
-def gelu64(y: torch.Tensor) -> torch.Tensor:
-    return torch.nn.functional.gelu(y, approximate="none")
 
 
 def run_into_poison(fp4, function, m: int, n_out: int, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
