@@ -77,14 +77,17 @@ def ulp(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.exp2(exponent - {torch.bfloat16: 7, torch.float16: 10}[dtype]).clamp(min=info.tiny * info.eps)
 
 
-def assert_within_bound(out: torch.Tensor, ref: torch.Tensor, a: torch.Tensor, b: torch.Tensor, what: str) -> None:
+def assert_within_bound(
+    out: torch.Tensor, ref: torch.Tensor, a: torch.Tensor, b: torch.Tensor, what: str, terms: int | None = None
+) -> None:
     """|out - ref| <= ulp_out(ref) + K * 2^-24 * (|A| @ |B|^T): out (any float dtype) against the float64
-    ref of A @ B^T-based math (a: [M, K], b: [N, K] dequantized). NaN must match NaN."""
+    ref of A @ B^T-based math (a: [M, K], b: [N, K] dequantized). NaN must match NaN. `terms`: the
+    number of float32 additions per result where a backend splits the K products (else K)."""
     if ref.numel() == 0:
         return
     nan = ref.isnan()
     assert torch.equal(out.isnan(), nan), f"{what}: NaN where the reference has none, or the reverse"
-    k = a.shape[1]
+    k = a.shape[1] if terms is None else terms
     bound = ulp(ref, out.dtype) + k * 2.0**-24 * (a.abs().double() @ b.abs().double().T)
     err = torch.where(nan, 0.0, (out.double() - ref).abs())
     worst = (err - bound).max().item()

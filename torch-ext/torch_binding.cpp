@@ -300,6 +300,47 @@ const T* optional_ptr(const std::optional<at::Tensor>& t) {
   return t.has_value() ? static_cast<const T*>(t->data_ptr()) : nullptr;
 }
 
+// The backend `gemm_on` names for the call in flight on this thread; empty: dispatch chooses.
+thread_local std::string_view named_gemm_backend;
+
+// The backend that runs `problem`: dispatch's choice (nullptr: the reference), or the named one,
+// which must serve the problem on this device.
+const fp4_gemm::GemmBackend* serving_backend(const fp4_gemm::GemmProblem& problem) {
+  using namespace fp4_gemm;
+  if (named_gemm_backend.empty()) return find_gemm_backend(problem, problem.cc);
+  const auto& backends = gemm_backends();
+  const auto named = std::find_if(backends.begin(), backends.end(),
+                                  [](const GemmBackend& backend) { return backend.name == named_gemm_backend; });
+  TORCH_CHECK(named != backends.end(), "fp4_gemm.gemm_on: no backend named '", named_gemm_backend, "' in this build");
+  TORCH_CHECK(arch_runs_on(named->arch, problem.cc) && named->supports(problem), "fp4_gemm.gemm_on: backend '",
+              named_gemm_backend, "' does not serve this problem on compute capability ", problem.cc);
+  return &*named;
+}
+
+// `gemm` on a named backend (`gemm_cuda` with the backend's name in front).
+template <class Signature>
+struct GemmOn;
+
+template <class... Args>
+struct GemmOn<void(Args...)> {
+  static void call(std::string_view backend, Args... args) {
+    struct Named {
+      explicit Named(std::string_view name) { named_gemm_backend = name; }
+      ~Named() { named_gemm_backend = {}; }
+    } named(backend);
+    gemm_cuda(args...);
+  }
+};
+
+// The arguments of `gemm`, `gemm_reference` and `gemm_on`.
+constexpr const char* kGemmArgs =
+    "Tensor a, Tensor b, Tensor sfa, Tensor sfb, str a_format, str b_format, bool b_interleaved, "
+    "str grouping, Tensor? group_index, int group_rows, Tensor? alpha, float alpha_scale, Tensor? bias, "
+    "Tensor? residual, str activation, Tensor(a!) out, Tensor(b!)? out_scales, str out_format, str schedule, "
+    "int variant, int sm_count, int warps, int stages, Tensor(c!)? workspace, bool pdl";
+
+std::string gemm_schema(const std::string& head) { return head + kGemmArgs + ") -> ()"; }
+
 }  // namespace
 
 void gemm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& sfa, const at::Tensor& sfb,
@@ -347,7 +388,7 @@ void gemm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& sfa, 
   problem.pdl = pdl;
 
   problem.cc = device_cc(a.get_device());
-  if (const GemmBackend* backend = find_gemm_backend(problem, problem.cc)) {
+  if (const GemmBackend* backend = serving_backend(problem)) {
     at::Tensor scratch;  // lives until the launch is enqueued; the allocator orders reuse by stream
     if (backend->scratch_bytes != nullptr) {
       const int64_t bytes = backend->scratch_bytes(problem);
@@ -423,20 +464,18 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   // valid rows per group of group_rows). out_format: bf16 | fp16 | nvfp4 | nvfp4_from_fp16 (out_scales
   // then receives the swizzled scales). schedule, variant, sm_count, warps, stages, workspace and pdl
   // choose how a kernel runs, never what it computes.
-  ops.def(
-      "gemm(Tensor a, Tensor b, Tensor sfa, Tensor sfb, str a_format, str b_format, bool b_interleaved, "
-      "str grouping, Tensor? group_index, int group_rows, Tensor? alpha, float alpha_scale, Tensor? bias, "
-      "Tensor? residual, str activation, Tensor(a!) out, Tensor(b!)? out_scales, str out_format, str schedule, "
-      "int variant, int sm_count, int warps, int stages, Tensor(c!)? workspace, bool pdl) -> ()");
+  ops.def(gemm_schema("gemm(").c_str());
   ops.impl("gemm", c10::kCUDA, &gemm_cuda);
 
   // The exact reference of `gemm` on the GPU (registered from Python): what `gemm` runs when no
   // kernel of this build serves a problem.
-  ops.def(
-      "gemm_reference(Tensor a, Tensor b, Tensor sfa, Tensor sfb, str a_format, str b_format, bool b_interleaved, "
-      "str grouping, Tensor? group_index, int group_rows, Tensor? alpha, float alpha_scale, Tensor? bias, "
-      "Tensor? residual, str activation, Tensor(a!) out, Tensor(b!)? out_scales, str out_format, str schedule, "
-      "int variant, int sm_count, int warps, int stages, Tensor(c!)? workspace, bool pdl) -> ()");
+  ops.def(gemm_schema("gemm_reference(").c_str());
+
+  // `gemm` on the backend named first (ops.gemm_backend's names), which must serve the problem on
+  // this device: tests hold each backend to the reference on the GPU they have, also where dispatch
+  // would choose another.
+  ops.def(gemm_schema("gemm_on(str backend, ").c_str());
+  ops.impl("gemm_on", c10::kCUDA, &GemmOn<decltype(gemm_cuda)>::call);
 
   // Name of the backend that runs such a GEMM on compute capability cc ("" = the reference). A
   // grouped kind (batched, contiguous, masked) asks about 8 groups of m rows each.

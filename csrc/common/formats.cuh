@@ -169,6 +169,21 @@ __host__ __device__ __forceinline__ float e0m3_decode(uint8_t code) {
   return (code & 8) ? -magnitude : magnitude;
 }
 
+// An E0M3 integer v is the sum of two E2M1 values with its sign: 2 floor(v / 2) (0, 2, 4 or 6: E2M1
+// codes 0, 4, 6, 7) and v mod 2 (0 or 1: codes 0, 2). With q = floor(v / 2) = (q1 q0) in binary the
+// first code is (q1 | q0, q1, q1 & q0). Both act on 16 codes at once, one per nibble.
+constexpr uint64_t kLowBitOfNibbles = 0x1111111111111111ull;
+
+__host__ __device__ __forceinline__ uint64_t e0m3_even_part_e2m1x16(uint64_t codes) {
+  const uint64_t signs = codes & (kLowBitOfNibbles << 3);
+  const uint64_t q0 = (codes >> 1) & kLowBitOfNibbles, q1 = (codes >> 2) & kLowBitOfNibbles;
+  return signs | ((q1 | q0) << 2) | (q1 << 1) | (q1 & q0);
+}
+
+__host__ __device__ __forceinline__ uint64_t e0m3_odd_part_e2m1x16(uint64_t codes) {
+  return (codes & (kLowBitOfNibbles << 3)) | ((codes & kLowBitOfNibbles) << 1);
+}
+
 // ---- block scales -----------------------------------------------------------------------------
 
 __host__ __device__ __forceinline__ float ue8m0_decode(uint8_t b) { return b == 0xFF ? NAN : exp2i(int(b) - 127); }
