@@ -20,16 +20,12 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
-import triton.testing
-from kernels import get_kernel, get_local_kernel
+from bench_common import RESULTS, load, median_us, write_results
 
-ROOT = Path(__file__).resolve().parent.parent
 COPY_BW_GBPS = 4250.0
 TARGET_FACTOR = 1.25
 L2_BYTES = 60 * 2**20
@@ -39,12 +35,6 @@ MS = (1, 2, 4, 8, 16)
 SHAPES = ((17408, 5120), (5120, 17408), (12288, 5120))
 
 Tensor = torch.Tensor
-
-
-def load() -> object:
-    if "LOCAL_KERNELS" in os.environ:
-        return get_kernel("org/fp4-gemm", version=1, trust_remote_code=True)
-    return get_local_kernel(ROOT)
 
 
 def nbytes(*tensors: Tensor) -> int:
@@ -61,10 +51,6 @@ def rotating(fn: Callable[..., Tensor], weights: list[tuple[Tensor, ...]]) -> Ca
     """fn on the next weight copy at every call."""
     cycle = itertools.cycle(weights)
     return lambda: fn(*next(cycle))
-
-
-def median_us(fn: Callable[[], object]) -> float:
-    return 1000.0 * triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
 
 
 def ours_calls(fp4, fmt: str, a: Tensor, sfa: Tensor, weights: list[tuple[Tensor, ...]], out: Tensor) -> dict:
@@ -138,7 +124,7 @@ def shape_rows(fp4, fmt: str, n: int, k: int) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "h200-gemm-skinny.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "h200-gemm-skinny.json")
     parser.add_argument("--formats", nargs="+", default=list(FORMATS), choices=FORMATS)
     args = parser.parse_args()
     fp4 = load()
@@ -148,8 +134,7 @@ def main() -> None:
         for n, k in SHAPES:
             rows += shape_rows(fp4, fmt, n, k)
             torch.cuda.empty_cache()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows}, indent=1) + "\n")
+    write_results(args.out, rows)
 
 
 if __name__ == "__main__":

@@ -9,26 +9,13 @@ medians of CUDA-event timings (triton.testing.do_bench).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 from pathlib import Path
 
 import torch
-import triton.testing
-from kernels import get_kernel, get_local_kernel
+from bench_common import RESULTS, load, median_us, write_results
 
-ROOT = Path(__file__).resolve().parent.parent
+TIMING = {"warmup": 5, "rep": 50}  # the reference rows take seconds each
 SHAPES = [(256, 4096, 4096), (4096, 4096, 4096), (4096, 17408, 5120)]  # (M, N_out, K)
-
-
-def load() -> object:
-    if "LOCAL_KERNELS" in os.environ:
-        return get_kernel("org/fp4-gemm", version=1, trust_remote_code=True)
-    return get_local_kernel(ROOT)
-
-
-def median_us(fn) -> float:
-    return 1000.0 * triton.testing.do_bench(fn, warmup=5, rep=50, return_mode="median")
 
 
 def nvfp4(fp4, rows: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -46,12 +33,12 @@ def rows_for(fp4, m: int, n: int, k: int) -> list[dict]:
         "nvfp4_gemm_bias_gelu_nvfp4_fp16": (a, b, sfa, sfb, bias),
         "nvfp4_gemm_geglu_nvfp4_fp16": (a, b2, sfa, sfb2),
     }
-    bf16_us = median_us(lambda: fp4.nvfp4_gemm_bf16(a, b, sfa, sfb))
+    bf16_us = median_us(lambda: fp4.nvfp4_gemm_bf16(a, b, sfa, sfb), **TIMING)
     rows = []
     for name, args in calls.items():
         theirs, ours = getattr(fp4.reference, name), getattr(fp4, name)
-        reference_us = median_us(lambda fn=theirs, args=args: fn(*args))
-        ours_us = median_us(lambda fn=ours, args=args: fn(*args))
+        reference_us = median_us(lambda fn=theirs, args=args: fn(*args), **TIMING)
+        ours_us = median_us(lambda fn=ours, args=args: fn(*args), **TIMING)
         rows.append(
             {
                 "op": name,
@@ -70,13 +57,12 @@ def rows_for(fp4, m: int, n: int, k: int) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "h200-gemm-staged.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "h200-gemm-staged.json")
     args = parser.parse_args()
     fp4 = load()
     torch.manual_seed(0)
     rows = [row for shape in SHAPES for row in rows_for(fp4, *shape)]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows}, indent=1) + "\n")
+    write_results(args.out, rows)
 
 
 if __name__ == "__main__":

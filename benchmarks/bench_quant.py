@@ -12,17 +12,13 @@ copy bandwidth measured on the H200), speedup_vs_torch = reference time / our ti
 from __future__ import annotations
 
 import argparse
-import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import triton.testing
-from kernels import get_kernel, get_local_kernel
+from bench_common import RESULTS, load, median_us, write_results
 
-ROOT = Path(__file__).resolve().parent.parent
 COPY_BW_GBPS = 4250.0
 
 
@@ -34,12 +30,6 @@ class Row:
     bytes: int
     ours: Callable[[], object]
     torch_ref: Callable[[], object]
-
-
-def load() -> object:
-    if "LOCAL_KERNELS" in os.environ:
-        return get_kernel("org/fp4-gemm", version=1, trust_remote_code=True)
-    return get_local_kernel(ROOT)
 
 
 def nbytes(*tensors: torch.Tensor) -> int:
@@ -108,13 +98,9 @@ def permute_rows(fp4, tokens: int, hidden: int, topk: int, experts: int) -> list
     return rows
 
 
-def median_us(fn: Callable[[], object]) -> float:
-    return 1000.0 * triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "h200-quant.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "h200-quant.json")
     args = parser.parse_args()
     fp4 = load()
     torch.manual_seed(0)
@@ -142,11 +128,7 @@ def main() -> None:
             f"{r['op']:34s} {r['mode']:10s} {str(r['shape']):24s} {r['us']:9.1f} us {r['GBps']:7.0f} GB/s "
             f"{r['fraction_of_copy_bw']:5.2f} x{r['speedup_vs_torch']:7.1f}"
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps({"gpu": torch.cuda.get_device_name(), "copy_bw_GBps": COPY_BW_GBPS, "rows": results}, indent=1)
-        + "\n"
-    )
+    write_results(args.out, results, copy_bw_GBps=COPY_BW_GBPS)
 
 
 if __name__ == "__main__":

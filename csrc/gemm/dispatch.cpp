@@ -1,5 +1,8 @@
 #include "csrc/gemm/dispatch.h"
 
+#include <stdexcept>
+#include <string>
+
 namespace fp4_gemm {
 
 bool arch_runs_on(GemmArch arch, int cc) {
@@ -13,6 +16,20 @@ const GemmBackend* find_gemm_backend(const GemmProblem& problem, int cc) {
     if (arch_runs_on(backend.arch, cc) && backend.supports(matched)) return &backend;
   }
   return nullptr;
+}
+
+const GemmBackend& delegate_backend(const GemmProblem& problem, const char* delegator) {
+  const GemmBackend* backend = find_gemm_backend(problem, problem.cc);
+  if (backend == nullptr) {
+    throw std::runtime_error(std::string("fp4_gemm: no backend serves the ") + delegator +
+                             " GEMM's problem on this device");
+  }
+  return *backend;
+}
+
+int64_t delegate_scratch_bytes(const GemmProblem& problem, const char* delegator) {
+  const GemmBackend& backend = delegate_backend(problem, delegator);
+  return backend.scratch_bytes == nullptr ? 0 : backend.scratch_bytes(problem);
 }
 
 }  // namespace fp4_gemm

@@ -13,6 +13,11 @@ namespace fp4_gemm {
 // with GemmProblem::cc = cc.
 const GemmBackend* find_gemm_backend(const GemmProblem& problem, int cc);
 
+// For backends that hand a rewritten problem on (staged, e0m3_split): the backend serving it on
+// problem.cc, and the scratch that one asks for (0: none). Throws when no backend serves it.
+const GemmBackend& delegate_backend(const GemmProblem& problem, const char* delegator);
+int64_t delegate_scratch_bytes(const GemmProblem& problem, const char* delegator);
+
 // Whether a backend of `arch` has code for compute capability `cc`: portable backends everywhere,
 // arch sections on their own capability only.
 bool arch_runs_on(GemmArch arch, int cc);

@@ -89,20 +89,14 @@ bool split_applies(const GemmProblem& p) {
          is_aligned(p.a.values, kBlockBytes) && is_aligned(p.b.values, kBlockBytes);
 }
 
-const GemmBackend* inner_backend(const GemmProblem& p) { return find_gemm_backend(inner_problem(p), p.cc); }
+constexpr const char* kName = "e0m3_split";
 
-bool supports(const GemmProblem& p) { return split_applies(p) && inner_backend(p) != nullptr; }
-
-const GemmBackend& required_inner_backend(const GemmProblem& p) {
-  const GemmBackend* inner = inner_backend(p);
-  if (inner == nullptr) throw std::runtime_error("fp4_gemm: no backend serves the split E0M3 GEMM on this device");
-  return *inner;
+bool supports(const GemmProblem& p) {
+  return split_applies(p) && find_gemm_backend(inner_problem(p), p.cc) != nullptr;
 }
 
 int64_t scratch_bytes(const GemmProblem& p) {
-  const GemmBackend& inner = required_inner_backend(p);
-  const int64_t inner_bytes = inner.scratch_bytes == nullptr ? 0 : inner.scratch_bytes(inner_problem(p));
-  return a_layout(p).bytes() + b_layout(p).bytes() + inner_bytes;
+  return a_layout(p).bytes() + b_layout(p).bytes() + delegate_scratch_bytes(inner_problem(p), kName);
 }
 
 struct SplitParams {
@@ -166,13 +160,13 @@ void run(const GemmProblem& p, cudaStream_t stream) {
   launch_split(p.b, b_layout(p), 1, buffers.b_values, buffers.b_scales, s, true, stream);
   GemmProblem inner = inner_problem(p);
   inner.pdl = true;  // the split kernels wait for the previous grid before their first read
-  required_inner_backend(p).run(inner, stream);
+  delegate_backend(inner, kName).run(inner, stream);
 }
 
 // After the arch backends (which read E0M3 themselves where they can), before the staged backend.
 constexpr int kSplitPriority = 500;
 
-const GemmBackendRegistrar kRegistrar({"e0m3_split", GemmArch::Portable, kSplitPriority, &supports, &run,
+const GemmBackendRegistrar kRegistrar({kName, GemmArch::Portable, kSplitPriority, &supports, &run,
                                       &scratch_bytes});
 
 }  // namespace

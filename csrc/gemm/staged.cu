@@ -76,20 +76,14 @@ bool staged_applies(const GemmProblem& p) {
          p.n_out() >= 1 && p.n_out() % 16 == 0 && (!geglu(p) || p.n % 2 == 0);
 }
 
-const GemmBackend* inner_backend(const GemmProblem& p, int cc) { return find_gemm_backend(inner_problem(p), cc); }
+constexpr const char* kName = "staged";
 
-bool supports(const GemmProblem& p) { return staged_applies(p) && inner_backend(p, p.cc) != nullptr; }
-
-const GemmBackend& required_inner_backend(const GemmProblem& p) {
-  const GemmBackend* inner = inner_backend(p, p.cc);
-  if (inner == nullptr) throw std::runtime_error("fp4_gemm: no backend serves the staged GEMM on this device");
-  return *inner;
+bool supports(const GemmProblem& p) {
+  return staged_applies(p) && find_gemm_backend(inner_problem(p), p.cc) != nullptr;
 }
 
 int64_t scratch_bytes(const GemmProblem& p) {
-  const GemmBackend& inner = required_inner_backend(p);
-  const int64_t inner_bytes = inner.scratch_bytes == nullptr ? 0 : inner.scratch_bytes(inner_problem(p));
-  return stage_bytes(p) + finished_bytes(p) + inner_bytes;
+  return stage_bytes(p) + finished_bytes(p) + delegate_scratch_bytes(inner_problem(p), kName);
 }
 
 struct FinishParams {
@@ -137,7 +131,7 @@ void run(const GemmProblem& p, cudaStream_t stream) {
     throw std::runtime_error("fp4_gemm: the staged GEMM got less scratch than scratch_bytes() asked for");
   }
   const GemmProblem inner = inner_problem(p);
-  required_inner_backend(p).run(inner, stream);
+  delegate_backend(inner, kName).run(inner, stream);
 
   const void* encoded = inner.epilogue.out;
   if (finishes(p)) {
@@ -169,7 +163,7 @@ void run(const GemmProblem& p, cudaStream_t stream) {
 // After every other backend: a kernel that writes the output itself is preferred.
 constexpr int kStagedPriority = 1000;
 
-const GemmBackendRegistrar kRegistrar({"staged", GemmArch::Portable, kStagedPriority, &supports, &run,
+const GemmBackendRegistrar kRegistrar({kName, GemmArch::Portable, kStagedPriority, &supports, &run,
                                       &scratch_bytes});
 
 }  // namespace

@@ -1,0 +1,34 @@
+"""What every benchmark script shares: loading the package, timing, and writing the results JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import triton.testing
+from kernels import get_kernel, get_local_kernel
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def load() -> object:
+    """The package: the local build (build/), or the Hub's with LOCAL_KERNELS set (kernels' override)."""
+    if "LOCAL_KERNELS" in os.environ:
+        return get_kernel("org/fp4-gemm", version=1, trust_remote_code=True)
+    return get_local_kernel(ROOT)
+
+
+def median_us(fn: Callable[[], object], warmup: int = 25, rep: int = 200) -> float:
+    """Median of CUDA-event timings, microseconds."""
+    return 1000.0 * triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+
+
+def write_results(path: Path, rows: list, **extra: object) -> None:
+    """{"gpu": <this GPU's name>, **extra, "rows": rows} as indented JSON."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    result = {"gpu": torch.cuda.get_device_name(), **extra, "rows": rows}
+    path.write_text(json.dumps(result, indent=1) + "\n")
