@@ -1,6 +1,7 @@
-"""tile_group_scales: a contiguous grouping's experts, and their A scales re-laid onto whole 128-row
-SfAtom tiles (csrc/gemm/group_scales.h; reference.tile_group_scales_into), which the Blackwell
-grouped GEMMs run before CUTLASS's ptr-array kernel.
+"""tile_group_scales: a grouping's experts, and their scales re-laid onto whole 128-row SfAtom
+tiles (csrc/gemm/group_scales.h; reference.tile_group_scales_into), which the Blackwell grouped and
+batched GEMMs run before CUTLASS's kernels: contiguous groups from the expert ids, strided groups
+(g owns rows [g R, (g + 1) R)) from R alone.
 
 On the CPU: the reference against hand-computed layouts and the workspace bound that callers size
 from shapes alone. On a GPU: the CUDA op against the CPU op bit for bit, in poisoned buffers (tiles
@@ -31,10 +32,11 @@ def ids_of(counts: list[int], gaps: dict[int, int] | None = None) -> torch.Tenso
     return torch.tensor(ids, dtype=torch.int32)
 
 
-def relay(op, ids: torch.Tensor, scales: torch.Tensor, groups: int, nkb: int, tiles: int):
-    layout = torch.full((3, groups), -7, dtype=torch.int32, device=ids.device)
-    out = torch.full((tiles * -(-nkb // 4) * 512,), POISON_BYTE, dtype=torch.uint8, device=ids.device)
-    op(ids, scales, groups, nkb, layout, out)
+def relay(op, ids: torch.Tensor | None, scales: torch.Tensor, groups: int, nkb: int, tiles: int, group_rows: int = 0):
+    """op's layout and re-laid scales, written into poisoned buffers (ids None: strided groups)."""
+    layout = torch.full((3, groups), -7, dtype=torch.int32, device=scales.device)
+    out = torch.full((tiles * -(-nkb // 4) * 512,), POISON_BYTE, dtype=torch.uint8, device=scales.device)
+    op(ids, group_rows, scales, groups, nkb, layout, out)
     return layout, out
 
 
@@ -94,6 +96,19 @@ def test_tile_group_scales_worst_case_fills_the_bound(ref):
     assert layout[2].tolist() == list(range(groups)) and ref.group_scale_tiles(groups, groups) >= groups
 
 
+def test_strided_groups_hand_computed_layout(ref):
+    groups, group_rows, nkb = 3, 130, 6
+    m = groups * group_rows
+    plain, scales = swizzled(ref, m, nkb, seed=2)
+    layout, out = relay(ref.tile_group_scales_into, None, scales, groups, nkb, ref.group_scale_tiles(m, groups), 130)
+    assert layout.tolist() == [[0, 130, 260], [130, 130, 130], [0, 2, 4]]
+    every = ref.unswizzle_scales(out[: 6 * 2 * 512], 6 * 128, 8)
+    for g in range(groups):
+        rows = every[g * 256 : (g + 1) * 256]
+        assert torch.equal(rows[:130, :nkb], plain[g * 130 : (g + 1) * 130]), f"group {g}"
+        assert (rows[130:] == 0).all() and (rows[:, nkb:] == 0).all(), f"group {g}: padding is not 0"
+
+
 def test_tile_group_scales_op_on_cpu_is_the_reference(fp4, ref):
     ids = ids_of([5, 0, 140, 3], {2: 4})
     m, groups, nkb = ids.numel(), 4, 5
@@ -135,6 +150,31 @@ def test_tile_group_scales_cuda_matches_the_reference(fp4, ref, device, case):
         assert_bitwise_equal(actual[1].cpu(), expected[1], f"{case} scales, run {run}")
 
 
+STRIDED_CASES = {
+    # name: (groups, group_rows, nkb)
+    "rows-over-a-tile": (3, 130, 7),
+    "one-row-groups": (8, 1, 4),
+    "whole-tiles": (5, 128, 3),
+    "wide-k": (2, 300, 112),
+    "many-small-groups": (1000, 5, 2),
+}
+
+
+@pytest.mark.gpu
+@requires_cuda
+@pytest.mark.parametrize("case", STRIDED_CASES)
+def test_strided_tile_group_scales_cuda_matches_the_reference(fp4, ref, device, case):
+    groups, group_rows, nkb = STRIDED_CASES[case]
+    m = groups * group_rows
+    _, scales = swizzled(ref, m, nkb, seed=len(case))
+    tiles = ref.group_scale_tiles(m, groups)
+    expected = relay(ref.tile_group_scales_into, None, scales, groups, nkb, tiles, group_rows)
+    actual = relay(fp4.ops.tile_group_scales, None, scales.to(device), groups, nkb, tiles, group_rows)
+    torch.cuda.synchronize()
+    assert_bitwise_equal(actual[0].cpu(), expected[0], f"{case} layout")
+    assert_bitwise_equal(actual[1].cpu(), expected[1], f"{case} scales")
+
+
 @pytest.mark.gpu
 @requires_cuda
 def test_tile_group_scales_cuda_graph_replay(fp4, ref, device):
@@ -146,11 +186,11 @@ def test_tile_group_scales_cuda_graph_replay(fp4, ref, device):
     ids_d, scales_d = ids.to(device), scales.to(device)
     layout = torch.full((3, groups), -7, dtype=torch.int32, device=device)
     out = torch.full_like(expected[1], POISON_BYTE, device=device)
-    fp4.ops.tile_group_scales(ids_d, scales_d, groups, nkb, layout, out)  # warm-up outside the capture
+    fp4.ops.tile_group_scales(ids_d, 0, scales_d, groups, nkb, layout, out)  # warm-up outside the capture
     layout.fill_(-7), out.fill_(POISON_BYTE)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        fp4.ops.tile_group_scales(ids_d, scales_d, groups, nkb, layout, out)
+        fp4.ops.tile_group_scales(ids_d, 0, scales_d, groups, nkb, layout, out)
     graph.replay()
     torch.cuda.synchronize()
     assert_bitwise_equal(layout.cpu(), expected[0], "layout after replay")

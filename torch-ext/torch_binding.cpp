@@ -241,12 +241,15 @@ void repack_cuda(const at::Tensor& b, at::Tensor& out) {
   if (overlap) out.copy_(target);
 }
 
-void tile_group_scales_cuda(const at::Tensor& group_index, const at::Tensor& scales, int64_t groups, int64_t nkb,
-                            at::Tensor& layout, at::Tensor& out_scales) {
+void tile_group_scales_cuda(const std::optional<at::Tensor>& group_index, int64_t group_rows, const at::Tensor& scales,
+                            int64_t groups, int64_t nkb, at::Tensor& layout, at::Tensor& out_scales) {
   using namespace fp4_gemm;
-  TORCH_CHECK(group_index.dim() == 1 && group_index.scalar_type() == at::kInt && group_index.is_contiguous(),
-              "fp4_gemm.tile_group_scales: group_index must be a contiguous 1-D int32 tensor");
-  const int64_t m = group_index.numel();
+  const bool strided = !group_index.has_value();
+  TORCH_CHECK(strided || (group_index->dim() == 1 && group_index->scalar_type() == at::kInt &&
+                          group_index->is_contiguous() && group_index->device() == scales.device()),
+              "fp4_gemm.tile_group_scales: group_index must be a contiguous 1-D int32 tensor on scales' device");
+  TORCH_CHECK(!strided || group_rows >= 1, "fp4_gemm.tile_group_scales: strided groups need group_rows >= 1");
+  const int64_t m = strided ? groups * group_rows : group_index->numel();
   TORCH_CHECK(groups >= 1 && nkb >= 1, "fp4_gemm.tile_group_scales: groups and nkb must be positive");
   const auto bytes_of = [](const at::Tensor& t, at::ScalarType type) {
     return t.is_contiguous() && t.scalar_type() == type ? t.numel() : int64_t{-1};
@@ -257,14 +260,14 @@ void tile_group_scales_cuda(const at::Tensor& group_index, const at::Tensor& sca
   TORCH_CHECK(bytes_of(out_scales, at::kByte) >= group_scale_bytes(m, groups, nkb),
               "fp4_gemm.tile_group_scales: out_scales must be a contiguous uint8 buffer of at least ",
               group_scale_bytes(m, groups, nkb), " bytes");
-  TORCH_CHECK(scales.device() == group_index.device() && layout.device() == group_index.device() &&
-                  out_scales.device() == group_index.device(),
-              "fp4_gemm.tile_group_scales: every tensor must be on group_index's device");
-  const c10::cuda::CUDAGuard guard(group_index.device());
+  TORCH_CHECK(layout.device() == scales.device() && out_scales.device() == scales.device(),
+              "fp4_gemm.tile_group_scales: every tensor must be on scales' device");
+  const c10::cuda::CUDAGuard guard(scales.device());
   // The tile -> expert map is the kernels' own: scratch from the caching allocator (stream-ordered).
-  const at::Tensor tile_group = at::empty({group_scale_tiles(m, groups)}, group_index.options());
+  const at::Tensor tile_group = at::empty({group_scale_tiles(m, groups)}, layout.options());
   TileGroupScalesProblem problem;
-  problem.group_index = group_index.data_ptr<int32_t>();
+  problem.group_index = strided ? nullptr : group_index->data_ptr<int32_t>();
+  problem.group_rows = strided ? group_rows : 0;
   problem.m = m;
   problem.groups = groups;
   problem.scales = scales.data_ptr<uint8_t>();
@@ -499,12 +502,13 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def("repack(Tensor b, Tensor(a!) out) -> ()");
   ops.impl("repack", c10::kCUDA, &repack_cuda);
 
-  // Contiguous grouping (group_index = expert id per row) on whole scale tiles: each expert's first
+  // Groups on whole scale tiles: contiguous (group_index = expert id per row) or, without
+  // group_index, strided (group g = rows [g * group_rows, (g + 1) * group_rows)). Each group's first
   // row, rows and first tile into layout [3, groups], and its rows' swizzled scales re-laid from that
   // tile on into out_scales (csrc/gemm/group_scales.h); what grouped GEMM kernels run first.
   ops.def(
-      "tile_group_scales(Tensor group_index, Tensor scales, int groups, int nkb, Tensor(a!) layout, "
-      "Tensor(b!) out_scales) -> ()");
+      "tile_group_scales(Tensor? group_index, int group_rows, Tensor scales, int groups, int nkb, "
+      "Tensor(a!) layout, Tensor(b!) out_scales) -> ()");
   ops.impl("tile_group_scales", c10::kCUDA, &tile_group_scales_cuda);
 
   // Compute capabilities (90, 100, 110, 120) whose GEMM backend is compiled into this build.

@@ -24,8 +24,8 @@ void permute_to_masked_cuda(const at::Tensor& x, const at::Tensor& scale, const 
 
 void repack_cuda(const at::Tensor& b, at::Tensor& out);
 
-void tile_group_scales_cuda(const at::Tensor& group_index, const at::Tensor& scales, int64_t groups, int64_t nkb,
-                            at::Tensor& layout, at::Tensor& out_scales);
+void tile_group_scales_cuda(const std::optional<at::Tensor>& group_index, int64_t group_rows, const at::Tensor& scales,
+                            int64_t groups, int64_t nkb, at::Tensor& layout, at::Tensor& out_scales);
 
 void gemm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& sfa, const at::Tensor& sfb,
                std::string_view a_format, std::string_view b_format, bool b_interleaved, std::string_view grouping,

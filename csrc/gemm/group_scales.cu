@@ -1,7 +1,8 @@
-// Contiguous groups on whole scale tiles (group_scales.h says what is computed): one block finds every
-// expert's rows and first tile, then a wide kernel moves each expert's scale rows, one thread per
-// (workspace row, K tile): the 4 scale bytes of a row in one K tile are adjacent in the SfAtom
-// layout, so each thread moves one 32-bit word.
+// Groups on whole scale tiles (group_scales.h says what is computed): one block finds every expert's
+// rows and first tile (strided groups: a kernel writes them from R), then a wide kernel moves each
+// expert's scale rows, one thread per (workspace row, K tile): the 4 scale bytes of a row in one K
+// tile are adjacent in the SfAtom layout, so each thread moves one 32-bit word.
+#include <algorithm>
 #include <climits>
 #include <stdexcept>
 #include <type_traits>
@@ -100,6 +101,31 @@ __global__ void __launch_bounds__(kGroupThreads) group_rows_kernel(const GroupRo
   }
 }
 
+struct StridedRowsParams {
+  int32_t groups;
+  int32_t group_rows;
+  int32_t capacity;  // tiles
+  GroupScaleTiles out;
+};
+
+// Strided groups: group g's rows start at g R and take ceil(R / 128) tiles from g ceil(R / 128) on,
+// which is what group_rows_kernel finds for the ids r / R (groups ceil(R / 128) <= capacity).
+__global__ void __launch_bounds__(kMatrixThreads) strided_rows_kernel(const StridedRowsParams p) {
+  griddep_wait();
+  griddep_launch_dependents();
+  const int tiles = static_cast<int>(ceil_div(p.group_rows, kSfTileRows));
+  for (int t = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); t < p.capacity;
+       t += static_cast<int>(gridDim.x * blockDim.x)) {
+    const int g = t / tiles;
+    p.out.tile_group[t] = g < p.groups ? g : -1;
+    if (g < p.groups && t % tiles == 0) {
+      p.out.first[g] = g * p.group_rows;
+      p.out.rows[g] = p.group_rows;
+      p.out.tile[g] = t;
+    }
+  }
+}
+
 struct MoveParams {
   const uint8_t* scales;
   int64_t nkb;
@@ -150,18 +176,27 @@ int64_t carve_group_scale_tiles(void* scratch, int64_t m, int64_t groups, int64_
 
 void tile_group_scales(const TileGroupScalesProblem& problem, cudaStream_t stream) {
   const int64_t capacity = group_scale_tiles(problem.m, problem.groups);
+  const bool strided = problem.group_index == nullptr;
   if (problem.groups < 1 || problem.m < 0 || capacity * kSfTileRows > INT_MAX || problem.nkb < 1 ||
-      !is_aligned(problem.scales, 4) || !is_aligned(problem.out.scales, 4)) {
-    throw std::runtime_error("fp4_gemm: tile_group_scales needs 1 <= groups, (m / 128 + groups) * 128 < 2^31 rows "
-                             "and 4-byte aligned scale buffers");
+      !is_aligned(problem.scales, 4) || !is_aligned(problem.out.scales, 4) ||
+      (strided && (problem.group_rows < 1 || problem.m != problem.groups * problem.group_rows))) {
+    throw std::runtime_error("fp4_gemm: tile_group_scales needs 1 <= groups, (m / 128 + groups) * 128 < 2^31 rows, "
+                             "4-byte aligned scale buffers, and m = groups * group_rows >= 1 for strided groups");
   }
-  GroupRowsParams rows{};
-  rows.ids = problem.group_index;
-  rows.m = static_cast<int32_t>(problem.m);
-  rows.groups = static_cast<int32_t>(problem.groups);
-  rows.capacity = static_cast<int32_t>(capacity);
-  rows.out = problem.out;
-  launch_kernel(group_rows_kernel, dim3(1), dim3(kGroupThreads), 0, stream, problem.pdl, rows);
+  if (strided) {
+    StridedRowsParams rows{static_cast<int32_t>(problem.groups), static_cast<int32_t>(problem.group_rows),
+                           static_cast<int32_t>(capacity), problem.out};
+    const int64_t blocks = std::min<int64_t>(ceil_div(capacity, kMatrixThreads), 1024);
+    launch_kernel(strided_rows_kernel, dim3(unsigned(blocks)), dim3(kMatrixThreads), 0, stream, problem.pdl, rows);
+  } else {
+    GroupRowsParams rows{};
+    rows.ids = problem.group_index;
+    rows.m = static_cast<int32_t>(problem.m);
+    rows.groups = static_cast<int32_t>(problem.groups);
+    rows.capacity = static_cast<int32_t>(capacity);
+    rows.out = problem.out;
+    launch_kernel(group_rows_kernel, dim3(1), dim3(kGroupThreads), 0, stream, problem.pdl, rows);
+  }
 
   MoveParams move{};
   move.scales = problem.scales;

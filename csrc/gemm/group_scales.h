@@ -1,5 +1,9 @@
-// Contiguous groups on whole scale tiles (Grouping::Contiguous, for GEMM kernels whose groups must
-// each start their A scales on a 128-row SfAtom tile). Reference: reference.tile_group_scales_into.
+// Groups on whole scale tiles, for GEMM kernels whose groups must each start their scales on a
+// 128-row SfAtom tile. Reference: reference.tile_group_scales_into. The groups are either
+//   contiguous: from the expert id of every row (Grouping::Contiguous's A), or
+//   strided:    group g owns rows [g R, (g + 1) R) (batched and masked A with R = group_rows, and
+//               the weights of every grouping with R = N, where R is not a multiple of 128), which
+//               are the contiguous groups of the ids r / R, computed without them.
 //
 // From the expert id of every row (device data; no host sync, so CUDA-graph capturable):
 //   first[e], rows[e]  expert e's rows of A are [first[e], first[e] + rows[e]): its first and last
@@ -44,7 +48,8 @@ struct GroupScaleTiles {
 int64_t carve_group_scale_tiles(void* scratch, int64_t m, int64_t groups, int64_t nkb, GroupScaleTiles* tiles);
 
 struct TileGroupScalesProblem {
-  const int32_t* group_index = nullptr;  // [m] expert id per row
+  const int32_t* group_index = nullptr;  // [m] expert id per row; nullptr: strided groups
+  int64_t group_rows = 0;                // strided groups: R (then m = groups * R)
   int64_t m = 0;
   int64_t groups = 0;
   const uint8_t* scales = nullptr;  // swizzled scales of the m rows, 4-byte aligned

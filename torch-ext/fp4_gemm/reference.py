@@ -455,19 +455,24 @@ def contiguous_group_rows(group_index: torch.Tensor, groups: int) -> tuple[torch
 
 
 def tile_group_scales_into(
-    group_index: torch.Tensor,
+    group_index: torch.Tensor | None,
+    group_rows: int,
     scales: torch.Tensor,
     groups: int,
     nkb: int,
     layout: torch.Tensor,
     out_scales: torch.Tensor,
 ) -> None:
-    """`tile_group_scales` op: a contiguous grouping's A scales re-laid so that every expert starts on
-    a 128-row SfAtom tile. layout int32 [3, groups] receives each expert's first row, rows
-    (contiguous_group_rows) and first tile (exclusive prefix sum of ceil(rows / 128), all clamped to
-    group_scale_tiles tiles); out_scales (at least group_scale_tiles(M, groups) tiles of
-    ceil(nkb / 4) * 512 bytes) holds row first + i of expert e at row tile * 128 + i. The rest of an
-    expert's last tile and the padding columns are 0; tiles past the last expert's are not written."""
+    """`tile_group_scales` op: a grouping's scales re-laid so that every group starts on a 128-row
+    SfAtom tile. The groups are contiguous (group_index: expert id per row) or, without group_index,
+    strided (group g = rows [g * group_rows, (g + 1) * group_rows), the ids r // group_rows). layout
+    int32 [3, groups] receives each expert's first row, rows (contiguous_group_rows) and first tile
+    (exclusive prefix sum of ceil(rows / 128), all clamped to group_scale_tiles tiles); out_scales (at
+    least group_scale_tiles(M, groups) tiles of ceil(nkb / 4) * 512 bytes) holds row first + i of
+    expert e at row tile * 128 + i. The rest of an expert's last tile and the padding columns are 0;
+    tiles past the last expert's are not written."""
+    if group_index is None:
+        group_index = torch.arange(groups * group_rows, device=scales.device, dtype=torch.int32) // group_rows
     capacity = group_scale_tiles(group_index.numel(), groups)
     first, rows = contiguous_group_rows(group_index, groups)
     tiles = -(-rows // SF_TILE_ROWS)
