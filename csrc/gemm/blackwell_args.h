@@ -87,10 +87,23 @@ inline BlackwellTile choose_blackwell_tile(const GemmProblem& problem, GemmArch 
   return widen ? BlackwellTile::Widen : BlackwellTile::Default;
 }
 
+// Which scale buffers run re-laid by tile_group_scales's strided groups (group_scales.h), each
+// group from a 128-row tile of its own, because a group's rows do not start on one: A of batched and
+// masked groups whose group_rows is not a multiple of 128, and the weights' B of any grouping whose
+// N is not. (Contiguous A is re-laid from the expert ids in any case: blackwell_grouped.cuh.)
+struct BlackwellTiledScales {
+  bool a, b;
+};
+
+inline BlackwellTiledScales blackwell_tiled_scales(const GemmProblem& p) {
+  const bool strided_a = p.grouping == Grouping::Batched || p.grouping == Grouping::Masked;
+  return {strided_a && p.groups > 1 && p.group_rows % kSfTileRows != 0, p.groups > 1 && p.n % kSfTileRows != 0};
+}
+
 // One problem in CUTLASS's (M, N, K, L) form: L independent M x N x K GEMMs whose operands, scales
 // and outputs are packed one after the other (CUTLASS's packed strides and scale layouts give the
-// L strides; supports() keeps the flattened scale buffers equal to them). The epilogue's per-batch
-// vectors need their own strides: 0 shares one alpha / bias across the batches.
+// L strides; scale buffers that differ from them run re-laid, blackwell_tiled_scales). The
+// epilogue's per-batch vectors need their own strides: 0 shares one alpha / bias across the batches.
 struct BlackwellBatch {
   int64_t m, n, k, l;
   int64_t alpha_stride;  // floats between the batches' device alphas
@@ -121,30 +134,29 @@ inline bool blackwell_supports(const GemmProblem& p) {
   const bool fp32_stage = e.out_format == OutFormat::Fp32 && p.a.format == OperandFormat::Nvfp4 && !blackwell_grouped(p);
   const bool out = e.out_format == OutFormat::Bf16 || e.out_format == OutFormat::Fp16 || fp32_stage;
   if (!formats || !out || e.activation == Activation::Geglu || p.m < 1 || p.n < 1 || p.k < 1) return false;
-  // Dense; batched where every batch's scales start on a 128-row SfAtom tile (then the flattened
-  // buffers are CUTLASS's L-strided ones); masked (the ptr-array kernels) where every group's do;
-  // contiguous (the same kernels) where every weight's do, A's scales being re-laid per expert
-  // (group_scales.h, its tile count in int).
-  const bool tiled_groups = p.groups >= 1 && p.group_rows >= 1 && p.group_rows * p.groups == p.m &&
-                            (p.groups == 1 || (p.group_rows % kSfTileRows == 0 && p.n % kSfTileRows == 0));
-  const bool masked = tiled_groups && p.group_index != nullptr;
-  const bool contiguous = p.groups >= 1 && p.group_index != nullptr && (p.groups == 1 || p.n % kSfTileRows == 0) &&
-                          group_scale_tiles(p.m, p.groups) * kSfTileRows <= INT32_MAX;
+  // Dense; batched (CUTLASS's L mode) and masked (the ptr-array kernels) over groups of group_rows
+  // rows; contiguous (the same kernels) from the expert ids. Each group's scales must start on a
+  // 128-row SfAtom tile: where they do not, tile_group_scales re-lays them first (blackwell_tiled_scales),
+  // its rows counted in int.
+  const bool strided_groups = p.groups >= 1 && p.group_rows >= 1 && p.group_rows * p.groups == p.m;
+  const bool relaid_rows_fit = group_scale_tiles(p.m, p.groups) * kSfTileRows <= INT32_MAX &&
+                               group_scale_tiles(p.groups * p.n, p.groups) * kSfTileRows <= INT32_MAX;
   bool grouping = false;
   switch (p.grouping) {
     case Grouping::Dense:
       grouping = p.groups == 1;
       break;
     case Grouping::Batched:
-      grouping = tiled_groups;
+      grouping = strided_groups;
       break;
     case Grouping::Masked:
-      grouping = masked;
+      grouping = strided_groups && p.group_index != nullptr;
       break;
     case Grouping::Contiguous:
-      grouping = contiguous;
+      grouping = p.groups >= 1 && p.group_index != nullptr;
       break;
   }
+  grouping = grouping && relaid_rows_fit;
   const bool per_group = p.grouping != Grouping::Dense;
   // TMA rows start on 16 bytes: K a multiple of 32 elements (16 bytes of E2M1; CUTLASS's FP4
   // alignment) and of the block size, N a multiple of 8 (16 bytes of bf16/fp16 D and C).

@@ -1,8 +1,8 @@
 // Runs a CUTLASS ptr-array (grouped) block-scaled GEMM on a grouped GemmProblem (docs/FORMATS.md,
 // "GEMM result"; reference: reference.gemm_into), one CUTLASS group per weight matrix g:
 //   Masked:     rows [g * group_rows, g * group_rows + clamp(masked_m[g], 0, group_rows)) of A and D;
-//               every group's scales start on a 128-row SfAtom tile (blackwell_supports), so its scale
-//               pointer is an offset into the flattened buffer.
+//               every group's scales start on a 128-row SfAtom tile (re-laid so where group_rows is not
+//               a multiple of 128: blackwell_tiled_scales), so its scale pointer is an offset.
 //   Contiguous: expert g's rows [first, first + rows) of A and D, from the expert id of every row;
 //               its scale rows do not start on a tile, so tile_group_scales (group_scales.h) first
 //               re-lays them into the scratch, each expert from a tile of its own.
@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
 #include <type_traits>
 
 #include "csrc/common/launch.cuh"
@@ -125,7 +126,7 @@ __global__ void group_arguments(GroupSource<Types> s) {
   if (s.grouping == Grouping::Masked) {
     first = int64_t{g} * s.group_rows;
     rows = min(max(s.masked_m[g], 0), s.group_rows);
-    sfa = s.sfa + int64_t{g} * (s.group_rows / kSfTileRows) * s.sfa_tile_bytes;
+    sfa = s.sfa + int64_t{g} * ceil_div(s.group_rows, kSfTileRows) * s.sfa_tile_bytes;
   } else {
     first = s.tiles.first[g];
     rows = s.tiles.rows[g];
@@ -270,13 +271,55 @@ void run_blackwell_grouped(const GemmProblem& p, cudaStream_t stream, const Blac
   FP4_GEMM_CUDA_CHECK(cudaGetLastError());
 }
 
+// Scratch of the scale buffers blackwell_tiled_scales re-lays (strided groups of tile_group_scales).
+inline int64_t tiled_scales_bytes(const GemmProblem& p) {
+  const BlackwellTiledScales tiled = blackwell_tiled_scales(p);
+  const int64_t nkb = p.k / block_size(p.a.format);
+  GroupScaleTiles tiles{};
+  return (tiled.a ? carve_group_scale_tiles(nullptr, p.m, p.groups, nkb, &tiles) : 0) +
+         (tiled.b ? carve_group_scale_tiles(nullptr, p.groups * p.n, p.groups, nkb, &tiles) : 0);
+}
+
+// Re-lays the scale buffers blackwell_tiled_scales names into the head of p.scratch, each group from
+// a tile of its own (CUTLASS's per-batch scale layout), and returns the problem on them, its scratch
+// past them. Stream-ordered device work only: no host sync.
+inline GemmProblem with_tiled_scales(const GemmProblem& p, cudaStream_t stream) {
+  const BlackwellTiledScales tiled = blackwell_tiled_scales(p);
+  GemmProblem out = p;
+  if (!tiled.a && !tiled.b) return out;
+  if (p.scratch_bytes < tiled_scales_bytes(p)) {
+    throw std::runtime_error("fp4_gemm: the Blackwell GEMM got less scratch than its re-laid scales need");
+  }
+  uint8_t* scratch = static_cast<uint8_t*>(p.scratch);
+  bool pdl = p.pdl;
+  const auto relay = [&](const uint8_t* scales, int64_t group_rows) {
+    TileGroupScalesProblem t{};
+    t.group_rows = group_rows;
+    t.m = p.groups * group_rows;
+    t.groups = p.groups;
+    t.scales = scales;
+    t.nkb = p.k / block_size(p.a.format);
+    t.pdl = pdl;
+    scratch += carve_group_scale_tiles(scratch, t.m, t.groups, t.nkb, &t.out);
+    tile_group_scales(t, stream);
+    pdl = true;  // tile_group_scales's kernels wait for the previous grid before their first read
+    return t.out.scales;
+  };
+  if (tiled.a) out.a.scales = relay(p.a.scales, p.group_rows);
+  if (tiled.b) out.b.scales = relay(p.b.scales, p.n);
+  out.scratch = scratch;
+  out.scratch_bytes = p.scratch_bytes - (scratch - static_cast<uint8_t*>(p.scratch));
+  return out;
+}
+
 // run() and scratch_bytes() of a family's kernel (Sm100Kernel, Sm120Kernel), given its recipe
 // template: masked and contiguous problems take the recipe's grouped twin where it has one
 // (kHasGroupedKernel), the rest its universal kernel. Only sm_110a launches without PDL (CUTLASS's
 // grid-dependency guard does not cover it).
 template <template <GemmArch, OperandFormat, OutFormat, BlackwellTile, bool> class Recipe, GemmArch Arch,
           OperandFormat Format, OutFormat Out, BlackwellTile Tile>
-void run_blackwell_recipe(const GemmProblem& problem, cudaStream_t stream) {
+void run_blackwell_recipe(const GemmProblem& original, cudaStream_t stream) {
+  const GemmProblem problem = with_tiled_scales(original, stream);
   const BlackwellKernelId id{Arch, Format, Out, Tile};
   if constexpr (kHasGroupedKernel<Out, Tile>) {
     if (blackwell_grouped(problem)) {
@@ -297,11 +340,13 @@ int64_t blackwell_recipe_scratch_bytes(const GemmProblem& problem) {
   if constexpr (kHasGroupedKernel<Out, Tile>) {
     if (blackwell_grouped(problem)) {
       using Grouped = Recipe<Arch, Format, Out, Tile, true>;
-      return blackwell_grouped_scratch_bytes<typename Grouped::Gemm, typename Grouped::ElementD>(problem);
+      return tiled_scales_bytes(problem) +
+             blackwell_grouped_scratch_bytes<typename Grouped::Gemm, typename Grouped::ElementD>(problem);
     }
   }
   using Universal = Recipe<Arch, Format, Out, Tile, false>;
-  return blackwell_workspace_bytes<typename Universal::Gemm, typename Universal::ElementD>(problem);
+  return tiled_scales_bytes(problem) +
+         blackwell_workspace_bytes<typename Universal::Gemm, typename Universal::ElementD>(problem);
 }
 
 }  // namespace fp4_gemm

@@ -50,19 +50,23 @@ inline int blackwell_sm_count(int device) {
   return count;
 }
 
-// Whether CUTLASS's scale layout (its SfAtom tiled over rows, K and L) puts every scale where
-// sf_offset does in the flattened buffer; true makes the package's buffers CUTLASS's own, passed
-// through unchanged. Checked on 2 batches of 256 rows x 10 blocks (a padded last K tile): every
-// position inside the first 128 x 4 atom, and the atom corners of every tile and batch (the rest is
-// the same atom translated, constexpr evaluation cannot afford all of it).
+// Whether CUTLASS's scale layouts (its SfAtom tiled over rows, K and L, for A and for B) put every
+// scale where sf_offset does in the flattened buffer of batches padded to whole 128-row tiles each;
+// true makes the package's buffers (and those blackwell_tiled_scales re-lays, whose groups start on
+// tiles of their own) CUTLASS's own, passed through unchanged. Checked on 2 batches of 200 rows
+// (2 tiles each, the second part padding) x 10 blocks (a padded last K tile): every position inside
+// the first 128 x 4 atom, and the atom corners of every tile and batch (the rest is the same atom
+// translated, constexpr evaluation cannot afford all of it).
 template <class ScaleConfig>
 constexpr bool scale_layout_is_sf_offset() {
-  constexpr int kRows = 2 * kSfTileRows, kBlocks = 3 * kSfTileCols - 2, kBatches = 2;
+  constexpr int kRows = 200, kPaddedRows = 2 * kSfTileRows, kBlocks = 3 * kSfTileCols - 2, kBatches = 2;
   constexpr int kVec = ScaleConfig::SFVecSize;
   // Plain ints: a runtime-sized problem, padded by ceil_div as at run time.
-  const auto layout = ScaleConfig::tile_atom_to_shape_SFA(cute::make_shape(kRows, 1, kBlocks * kVec, kBatches));
+  const auto sfa = ScaleConfig::tile_atom_to_shape_SFA(cute::make_shape(kRows, 1, kBlocks * kVec, kBatches));
+  const auto sfb = ScaleConfig::tile_atom_to_shape_SFB(cute::make_shape(1, kRows, kBlocks * kVec, kBatches));
   const auto matches = [&](int m, int kb, int l) {
-    return layout(m, kb * kVec, l) == sf_offset(l * kRows + m, kb, sf_k_tiles(kBlocks));
+    const int64_t expected = sf_offset(l * kPaddedRows + m, kb, sf_k_tiles(kBlocks));
+    return sfa(m, kb * kVec, l) == expected && sfb(m, kb * kVec, l) == expected;
   };
   for (int m = 0; m < kSfTileRows; ++m) {
     for (int kb = 0; kb < kSfTileCols; ++kb) {
