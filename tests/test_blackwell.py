@@ -5,7 +5,9 @@ No GPU here runs sm_100a, sm_110a or sm_120a code, so these tests check what can
   kernels of the instantiation table, and each one issues the block-scaled MMA of its format
   (disassembled with cuobjdump + nvdisasm from the PyPI packages of requirements.txt);
 - the host-side rules: which problems each arch's backend serves (ops.gemm_backend asks the same
-  supports() predicate dispatch uses), and the scale layout the kernels are handed.
+  supports() predicate dispatch uses), which kernel the dispatch picks for a problem (its
+  CUTLASS-free headers compiled into a small host program), and the scale layout the kernels are
+  handed.
 Whether the kernels compute the right numbers is for a Blackwell GPU: capabilities() says
 "native (compile-verified)" for these archs until one has run them."""
 
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from cases import STAGED_KINDS
-from conftest import variant_dir, variant_metadata
+from conftest import ROOT, variant_dir, variant_metadata
 
 BLACKWELL = {100: "10.0a", 110: "11.0a", 120: "12.0a"}
 FORMATS = ("mxfp8", "mxfp4", "nvfp4")
@@ -43,8 +45,8 @@ TILES = ("default", "widen", "pingpong")
 
 
 def tile_built(cc: int, fmt: str, tile: str) -> bool:
-    """Mirror of blackwell_tile_built: sm120 alone has pingpong, and no MXFP8 widen tile (one
-    pipeline stage would fit its shared memory)."""
+    """Mirror of blackwell_tile_built for the variants' tiles (bf16 and fp16 kernels): sm120 alone has
+    pingpong, and no MXFP8 widen tile (one pipeline stage would fit its shared memory)."""
     if tile == "pingpong":
         return cc == 120
     if tile == "widen":
@@ -54,12 +56,13 @@ def tile_built(cc: int, fmt: str, tile: str) -> bool:
 
 def kernel_count(cc: int, fmt: str) -> int:
     """Per output type (bf16, fp16): one kernel per built tile, plus the grouped (masked and contiguous)
-    kernel; NVFP4 adds the float32 stage of the staged backend (default tile)."""
-    return 2 * (sum(tile_built(cc, fmt, tile) for tile in TILES) + 1) + (fmt == "nvfp4")
+    kernel; NVFP4 adds the float32 stage of the staged backend (default tile) and the stream-K kernel
+    of the streamk functions (bf16, default tile under CUTLASS's stream-K scheduler)."""
+    return 2 * (sum(tile_built(cc, fmt, tile) for tile in TILES) + 1) + 2 * (fmt == "nvfp4")
 
 
 def test_instantiation_table_counts():
-    assert [kernel_count(cc, f) for cc in BLACKWELL for f in FORMATS] == [6, 6, 7, 6, 6, 7, 6, 8, 9]
+    assert [kernel_count(cc, f) for cc in BLACKWELL for f in FORMATS] == [6, 6, 8, 6, 6, 8, 6, 8, 10]
 
 
 # ---- machine code -----------------------------------------------------------------------------
@@ -169,6 +172,17 @@ def test_each_blackwell_kernel_issues_the_block_scaled_mma_of_its_format(cc, fmt
         assert pattern.search(sass), f"sm_{cc}a {fmt}: no {pattern.pattern!r} in {name[:160]}"
 
 
+@pytest.mark.parametrize("cc", BLACKWELL)
+def test_library_has_one_stream_k_kernel_per_arch_of_nvfp4_to_bf16(cc):
+    """The streamk functions' kernel: GemmUniversal with CUTLASS's stream-K scheduler tag, NVFP4
+    operands and bf16 output (its MMA is checked with the other NVFP4 kernels above)."""
+    require_built(cc)
+    stream_k = [(name, f) for name, (f, _) in blackwell_kernels(cc).items() if "16StreamKScheduler" in name]
+    assert len(stream_k) == 1, f"sm_{cc}a: {len(stream_k)} stream-K kernels"
+    ((name, fmt),) = stream_k
+    assert fmt == "nvfp4" and "10bfloat16_t" in name, name[:200]
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("cc", BLACKWELL)
 def test_library_has_the_grouped_kernels_and_their_argument_kernels(cc, fmt):
@@ -219,6 +233,91 @@ def test_backend_serves_every_schedule_of_row_major_weights(fp4, cc, schedule):
     """A schedule picks how a GEMM runs, never what it computes: the tile kernels serve them all."""
     require_built(cc)
     assert backend(fp4, cc, m=512, schedule=schedule) == BACKENDS[cc]
+
+
+# ---- which kernel the dispatch picks (blackwell_backend.h's visit, choose_blackwell_tile) --------
+
+# A host program over the dispatch headers, with a stand-in kernel table that names what it visits:
+# one line per problem kind and arch, "<grouping> <variant> | <kernel, schedule auto> | <kernel,
+# schedule streamk>" (BlackwellKernelId's describe()). Those headers are CUTLASS-free; nvcc only
+# because they pull in the package's launch helpers.
+DISPATCH_PROBE = r"""
+#include <cstdio>
+
+#include "csrc/gemm/blackwell_backend.h"
+
+using namespace fp4_gemm;
+
+template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile>
+struct Visited {
+  static constexpr BlackwellKernelId kId{Arch, Format, Out, Tile};
+};
+
+template <GemmArch Arch>
+void print_choices() {
+  constexpr const char* kGroupings[] = {"dense", "batched", "contiguous", "masked"};
+  for (OperandFormat format : {OperandFormat::Mxfp8, OperandFormat::Mxfp4, OperandFormat::Nvfp4})
+    for (OutFormat out : {OutFormat::Bf16, OutFormat::Fp16, OutFormat::Fp32})
+      for (Grouping grouping : {Grouping::Dense, Grouping::Batched, Grouping::Contiguous, Grouping::Masked})
+        for (int variant = -1; variant <= 3; ++variant)
+          for (int64_t rows : {128, 4096}) {
+            GemmProblem p;
+            p.m = p.group_rows = rows;
+            p.n = p.k = 4096;
+            p.a.format = p.b.format = format;
+            p.epilogue.out_format = out;
+            p.grouping = grouping;
+            p.variant = variant;
+            const auto visited = [&](Schedule schedule) {
+              p.schedule = schedule;
+              return describe(visit_blackwell_kernel<Visited, Arch>(p, [](auto k) { return decltype(k)::kId; }));
+            };
+            std::printf("%s %d | %s | %s\n", kGroupings[static_cast<int>(grouping)], variant,
+                        visited(Schedule::Auto).c_str(), visited(Schedule::StreamK).c_str());
+          }
+}
+
+int main() {
+  print_choices<GemmArch::Sm100>();
+  print_choices<GemmArch::Sm110>();
+  print_choices<GemmArch::Sm120>();
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def dispatch_choices(tmp_path_factory) -> list[tuple[str, str, str]]:
+    """(grouping, kernel with schedule auto, kernel with schedule streamk) of every probed kind."""
+    nvcc = nvidia_tool("nvcc") or str(Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc")
+    if not Path(nvcc).is_file():
+        pytest.skip("nvcc not found: the dispatch probe compiles the Blackwell dispatch headers")
+    work = tmp_path_factory.mktemp("dispatch_probe")
+    (work / "probe.cu").write_text(DISPATCH_PROBE)
+    command = [nvcc, "-std=c++17", f"-I{ROOT}", str(work / "probe.cu"), "-o", str(work / "probe")]
+    subprocess.run(command, check=True, capture_output=True, text=True)
+    lines = subprocess.run([str(work / "probe")], check=True, capture_output=True, text=True).stdout.splitlines()
+    choices = []
+    for line in lines:
+        kind, auto, streamk = (part.strip() for part in line.split("|"))
+        choices.append((kind.split()[0], auto, streamk))
+    return choices
+
+
+@pytest.mark.parametrize("cc", BLACKWELL)
+def test_streamk_kind_runs_the_stream_k_kernel_and_nothing_else_changes(dispatch_choices, cc):
+    """Schedule::StreamK picks the stream-K kernel for dense NVFP4 -> bf16 problems, whatever the
+    variant; every other kind runs the kernel it runs without it, and no variant (3 included, the
+    internal stream-K value) reaches the stream-K kernel."""
+    stream_k = f"sm{cc} nvfp4 -> bf16, stream-K tile"
+    ours = [c for c in dispatch_choices if c[1].startswith(f"sm{cc} ")]
+    assert len(ours) == 3 * 3 * 4 * 5 * 2
+    for grouping, auto, streamk in ours:
+        assert "stream-K" not in auto, auto
+        if grouping == "dense" and auto.startswith(f"sm{cc} nvfp4 -> bf16,"):
+            assert streamk == stream_k, f"{grouping}: {auto} -> {streamk}"
+        else:
+            assert streamk == auto, f"{grouping}: {auto} -> {streamk}"
+    assert sum(streamk == stream_k for _, _, streamk in ours) == 5 * 2  # every variant and row count
 
 
 @pytest.mark.parametrize("kind", STAGED_KINDS)

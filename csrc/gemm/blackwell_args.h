@@ -26,10 +26,15 @@ namespace fp4_gemm {
 //             a single pipeline stage in sm_120a's shared memory).
 //   Pingpong: sm120 only: two consumer warpgroups alternating 128 x 128 tiles, one's epilogue
 //             overlapping the other's MMA.
-enum class BlackwellTile : int { Default = 0, Widen = 1, Pingpong = 2 };
+//   StreamK:  not a variant (a caller names 0..2 only): the default tile under CUTLASS's stream-K
+//             tile scheduler, which the streamk functions (Schedule::StreamK) run.
+enum class BlackwellTile : int { Default = 0, Widen = 1, Pingpong = 2, StreamK = 3 };
 
-// Tiles compiled for an arch section and operand format.
-constexpr bool blackwell_tile_built(GemmArch arch, OperandFormat format, BlackwellTile tile) {
+// Kernels compiled for an arch section: (operand format, output type, tile).
+constexpr bool blackwell_tile_built(GemmArch arch, OperandFormat format, OutFormat out, BlackwellTile tile) {
+  // float32: the staged backend's stage, NVFP4 operands and default tile only.
+  if (out == OutFormat::Fp32) return format == OperandFormat::Nvfp4 && tile == BlackwellTile::Default;
+  if (out != OutFormat::Bf16 && out != OutFormat::Fp16) return false;
   switch (tile) {
     case BlackwellTile::Default:
       return true;
@@ -37,6 +42,10 @@ constexpr bool blackwell_tile_built(GemmArch arch, OperandFormat format, Blackwe
       return arch != GemmArch::Sm120 || format != OperandFormat::Mxfp8;
     case BlackwellTile::Pingpong:
       return arch == GemmArch::Sm120;
+    case BlackwellTile::StreamK:
+      // One kernel per arch, for what the streamk functions compute (CUTLASS's pingpong kernel
+      // takes no stream-K scheduler; the sm120 one is cooperative).
+      return format == OperandFormat::Nvfp4 && out == OutFormat::Bf16;
   }
   return false;
 }
@@ -57,13 +66,13 @@ struct BlackwellKernelId {
 inline std::string describe(const BlackwellKernelId& id) {
   static constexpr const char* kFormats[] = {"mxfp8", "mxfp4", "nvfp4", "e0m3"};
   static constexpr const char* kOuts[] = {"bf16", "fp16", "nvfp4", "nvfp4_from_fp16", "fp32"};
-  static constexpr const char* kTiles[] = {"default", "widen", "pingpong"};
+  static constexpr const char* kTiles[] = {"default", "widen", "pingpong", "stream-K"};
   return "sm" + std::to_string(static_cast<int>(id.arch)) + " " + kFormats[static_cast<int>(id.format)] + " -> " +
          kOuts[static_cast<int>(id.out)] + ", " + kTiles[static_cast<int>(id.tile)] + " tile";
 }
 
 // Groupings that run CUTLASS's ptr-array (grouped) kernel, one group per weight matrix.
-inline bool blackwell_grouped(const GemmProblem& p) {
+constexpr bool blackwell_grouped(const GemmProblem& p) {
   return p.grouping == Grouping::Masked || p.grouping == Grouping::Contiguous;
 }
 
@@ -72,18 +81,26 @@ inline bool blackwell_grouped(const GemmProblem& p) {
 // (no Blackwell GPU has run these kernels yet).
 constexpr int64_t kWidenMinRows = 512;
 
-// The tile that runs: the requested variant when this arch compiled it, else the auto choice
-// (an unbuilt or unknown variant falls back, it never fails). Masked and contiguous groups have the
-// default tile's grouped kernel only, and float32 outputs the default tile only.
-inline BlackwellTile choose_blackwell_tile(const GemmProblem& problem, GemmArch arch) {
-  if (blackwell_grouped(problem) || problem.epilogue.out_format == OutFormat::Fp32) return BlackwellTile::Default;
+// The tile that runs. The streamk functions' dense problems run the stream-K kernel where the arch
+// built it for their operands and output (NVFP4 -> bf16), whatever the variant. Otherwise the
+// requested variant when this arch compiled it, else the auto choice (an unbuilt or unknown variant
+// falls back, it never fails). Masked and contiguous groups have the default tile's grouped kernel
+// only, and float32 outputs the default tile only.
+constexpr BlackwellTile choose_blackwell_tile(const GemmProblem& problem, GemmArch arch) {
+  const OperandFormat format = problem.a.format;
+  const OutFormat out = problem.epilogue.out_format;
+  if (blackwell_grouped(problem) || out == OutFormat::Fp32) return BlackwellTile::Default;
+  if (problem.schedule == Schedule::StreamK && problem.grouping == Grouping::Dense &&
+      blackwell_tile_built(arch, format, out, BlackwellTile::StreamK)) {
+    return BlackwellTile::StreamK;
+  }
   const int variant = problem.variant;
   if (variant >= 0 && variant <= static_cast<int>(BlackwellTile::Pingpong) &&
-      blackwell_tile_built(arch, problem.a.format, static_cast<BlackwellTile>(variant))) {
+      blackwell_tile_built(arch, format, out, static_cast<BlackwellTile>(variant))) {
     return static_cast<BlackwellTile>(variant);
   }
   const int64_t rows = problem.grouping == Grouping::Batched ? problem.group_rows : problem.m;
-  const bool widen = rows >= kWidenMinRows && blackwell_tile_built(arch, problem.a.format, BlackwellTile::Widen);
+  const bool widen = rows >= kWidenMinRows && blackwell_tile_built(arch, format, out, BlackwellTile::Widen);
   return widen ? BlackwellTile::Widen : BlackwellTile::Default;
 }
 

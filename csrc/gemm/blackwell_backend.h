@@ -36,11 +36,14 @@ struct Sm120Kernel {
 template <template <GemmArch, OperandFormat, OutFormat, BlackwellTile> class Kernel, GemmArch Arch,
           OperandFormat Format, OutFormat Out, class Visit>
 decltype(auto) visit_blackwell_tile(BlackwellTile tile, Visit&& visit) {
-  if constexpr (blackwell_tile_built(Arch, Format, BlackwellTile::Widen)) {
+  if constexpr (blackwell_tile_built(Arch, Format, Out, BlackwellTile::Widen)) {
     if (tile == BlackwellTile::Widen) return visit(Kernel<Arch, Format, Out, BlackwellTile::Widen>{});
   }
-  if constexpr (blackwell_tile_built(Arch, Format, BlackwellTile::Pingpong)) {
+  if constexpr (blackwell_tile_built(Arch, Format, Out, BlackwellTile::Pingpong)) {
     if (tile == BlackwellTile::Pingpong) return visit(Kernel<Arch, Format, Out, BlackwellTile::Pingpong>{});
+  }
+  if constexpr (blackwell_tile_built(Arch, Format, Out, BlackwellTile::StreamK)) {
+    if (tile == BlackwellTile::StreamK) return visit(Kernel<Arch, Format, Out, BlackwellTile::StreamK>{});
   }
   return visit(Kernel<Arch, Format, Out, BlackwellTile::Default>{});
 }
@@ -49,9 +52,9 @@ template <template <GemmArch, OperandFormat, OutFormat, BlackwellTile> class Ker
           OperandFormat Format, class Visit>
 decltype(auto) visit_blackwell_format(const GemmProblem& problem, Visit&& visit) {
   const BlackwellTile tile = choose_blackwell_tile(problem, Arch);
-  if constexpr (Format == OperandFormat::Nvfp4) {
+  if constexpr (blackwell_tile_built(Arch, Format, OutFormat::Fp32, BlackwellTile::Default)) {
     if (problem.epilogue.out_format == OutFormat::Fp32) {
-      return visit(Kernel<Arch, Format, OutFormat::Fp32, BlackwellTile::Default>{});  // the staged backend's stage
+      return visit_blackwell_tile<Kernel, Arch, Format, OutFormat::Fp32>(tile, visit);  // the staged backend's stage
     }
   }
   if (problem.epilogue.out_format == OutFormat::Fp16) {

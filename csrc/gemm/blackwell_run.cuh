@@ -20,6 +20,7 @@
 #include "csrc/gemm/blackwell_epilogue.cuh"
 #include "cutlass/cutlass.h"
 #include "cutlass/numeric_types.h"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "cutlass/kernel_hardware_info.h"
 #include "cutlass/util/packed_stride.hpp"
 
@@ -29,6 +30,12 @@ template <OutFormat Out>
 using BlackwellOutElement =
     std::conditional_t<Out == OutFormat::Fp32, float,
                        std::conditional_t<Out == OutFormat::Fp16, cutlass::half_t, cutlass::bfloat16_t>>;
+
+// GemmUniversal's tile scheduler for a tile: CUTLASS's stream-K scheduler for the stream-K tile, else
+// its persistent data-parallel default (void).
+template <BlackwellTile Tile>
+using BlackwellTileScheduler =
+    std::conditional_t<Tile == BlackwellTile::StreamK, cutlass::gemm::StreamKScheduler, void>;
 
 inline void check_cutlass(cutlass::Status status, const char* step, const BlackwellKernelId& kernel) {
   if (status != cutlass::Status::kSuccess) {
@@ -128,6 +135,21 @@ typename Gemm::Arguments blackwell_arguments(const GemmProblem& p) {
   const int sm_count = blackwell_sm_count(device);
   args.hw_info.device_id = device;
   args.hw_info.sm_count = p.sm_count > 0 ? std::clamp(p.sm_count, kClusterSize, sm_count) : sm_count;
+  if constexpr (std::is_same_v<typename GemmKernel::TileSchedulerTag, cutlass::gemm::StreamKScheduler>) {
+    namespace detail = cutlass::gemm::kernel::detail;
+    // StreamK, not CUTLASS's default Heuristic: the heuristic keeps whole tiles (data-parallel)
+    // whenever the last wave is at least half full, so the streamk functions would mostly run the
+    // default kernel's schedule. StreamK splits the (tile, K tile) work over the persistent CTAs
+    // wherever the tile count leaves the last wave part-empty; CUTLASS still keeps whole tiles when
+    // the waves are full or a tile has at most 8 K tiles (nothing worth splitting).
+    args.scheduler.decomposition_mode = detail::DecompositionMode::StreamK;
+    // Deterministic (CUTLASS's default, set here on purpose): the CTAs sharing a tile add their
+    // float32 partials in K order (a turnstile in the workspace), so results are bitwise equal run
+    // to run and under graph replay for a given SM count, as the package's tests require;
+    // Nondeterministic adds them in arrival order. initialize() zeroes the turnstiles on the stream
+    // (cudaMemsetAsync: no host sync, graph-safe); the partials need no zeroing (the first split stores).
+    args.scheduler.reduction_mode = detail::ReductionMode::Deterministic;
+  }
   return args;
 }
 

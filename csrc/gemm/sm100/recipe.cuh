@@ -7,9 +7,10 @@
 // (mx_float8_t<e4m3>, UE8M0 per 32), scales in the SfAtom layout; D bf16 or fp16 (float32 for the
 // staged backend's stage, NVFP4 operands and default tile only); the epilogue is
 // blackwell_epilogue.cuh. Tiles: Default = 1-SM MMA 128 x 128, Widen = 2-SM MMA 256 x 128 on a 2 x 1
-// cluster; K per stage is 128 bytes of each operand row (256 FP4 or 128 FP8 elements). Dense and
-// batched (L mode) problems run the GemmUniversal kernel of their tile, masked and contiguous groups
-// the ptr-array kernel of the default tile (blackwell_grouped.cuh).
+// cluster, StreamK = the default tile under CUTLASS's stream-K tile scheduler (NVFP4 -> bf16, the
+// streamk functions); K per stage is 128 bytes of each operand row (256 FP4 or 128 FP8 elements).
+// Dense and batched (L mode) problems run the GemmUniversal kernel of their tile, masked and
+// contiguous groups the ptr-array kernel of the default tile (blackwell_grouped.cuh).
 // Constraints: blackwell_supports(). Reference: reference.gemm_into.
 #pragma once
 
@@ -66,8 +67,8 @@ struct Sm100Operand<OperandFormat::Mxfp8> {
 // arrays, blackwell_grouped.cuh), default tile only.
 template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile, bool Grouped = false>
 struct Sm100Recipe {
-  static_assert(Tile == BlackwellTile::Default || (Tile == BlackwellTile::Widen && !Grouped),
-                "sm100 builds default and widen tiles, grouped ones with the default tile");
+  static_assert(Tile == BlackwellTile::Default || (Tile != BlackwellTile::Pingpong && !Grouped),
+                "sm100 builds default, widen and stream-K tiles, grouped ones with the default tile");
   static constexpr bool kTwoSm = Tile == BlackwellTile::Widen;
   using Operand = Sm100Operand<Format>;
   using ElementD = BlackwellOutElement<Out>;
@@ -105,7 +106,8 @@ struct Sm100Recipe {
       MainloopSchedule>::CollectiveOp;
 
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<
-      cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue, void>>;
+      cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue,
+                                           BlackwellTileScheduler<Tile>>>;
 };
 
 template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile>
@@ -132,3 +134,8 @@ int64_t Sm100Kernel<Arch, Format, Out, Tile>::scratch_bytes(const GemmProblem& p
 #define FP4_GEMM_SM100_FP32_STAGE(ARCH)                                                        \
   template struct fp4_gemm::Sm100Kernel<ARCH, fp4_gemm::OperandFormat::Nvfp4, fp4_gemm::OutFormat::Fp32, \
                                         fp4_gemm::BlackwellTile::Default>;
+
+// The streamk functions' kernel: NVFP4 operands, bf16 output, stream-K tile.
+#define FP4_GEMM_SM100_STREAMK(ARCH)                                                                      \
+  template struct fp4_gemm::Sm100Kernel<ARCH, fp4_gemm::OperandFormat::Nvfp4, fp4_gemm::OutFormat::Bf16, \
+                                        fp4_gemm::BlackwellTile::StreamK>;

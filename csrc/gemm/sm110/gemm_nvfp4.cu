@@ -3,3 +3,4 @@
 
 FP4_GEMM_SM100_KERNELS(fp4_gemm::GemmArch::Sm110, fp4_gemm::OperandFormat::Nvfp4)
 FP4_GEMM_SM100_FP32_STAGE(fp4_gemm::GemmArch::Sm110)
+FP4_GEMM_SM100_STREAMK(fp4_gemm::GemmArch::Sm110)

@@ -8,9 +8,11 @@
 // staged backend's stage, NVFP4 operands and default tile only); the epilogue is
 // blackwell_epilogue.cuh. Tiles (128 K elements per stage, the shapes CUTLASS documents for these
 // schedules): Default = cooperative 128 x 128, Widen = cooperative 256 x 128, Pingpong = two
-// consumer warpgroups on alternating 128 x 128 tiles. Dense and batched (L mode) problems run the
-// GemmUniversal kernel of their tile, masked and contiguous groups the grouped kernel of the default
-// tile (blackwell_grouped.cuh). Constraints: blackwell_supports(). Reference: reference.gemm_into.
+// consumer warpgroups on alternating 128 x 128 tiles, StreamK = the default tile under CUTLASS's
+// stream-K tile scheduler (NVFP4 -> bf16, the streamk functions; the pingpong kernel takes no
+// stream-K scheduler). Dense and batched (L mode) problems run the GemmUniversal kernel of their
+// tile, masked and contiguous groups the grouped kernel of the default tile (blackwell_grouped.cuh).
+// Constraints: blackwell_supports(). Reference: reference.gemm_into.
 #pragma once
 
 // CUTLASS's kernels wait on the previous grid (griddepcontrol.wait) only with this defined (its
@@ -94,7 +96,8 @@ struct Sm120Recipe {
       MainloopSchedule>::CollectiveOp;
 
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<
-      cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue, void>>;
+      cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue,
+                                           BlackwellTileScheduler<Tile>>>;
 };
 
 template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile>
@@ -119,3 +122,8 @@ int64_t Sm120Kernel<Arch, Format, Out, Tile>::scratch_bytes(const GemmProblem& p
 #define FP4_GEMM_SM120_FP32_STAGE                                                                         \
   template struct fp4_gemm::Sm120Kernel<fp4_gemm::GemmArch::Sm120, fp4_gemm::OperandFormat::Nvfp4, \
                                         fp4_gemm::OutFormat::Fp32, fp4_gemm::BlackwellTile::Default>;
+
+// The streamk functions' kernel: NVFP4 operands, bf16 output, stream-K tile.
+#define FP4_GEMM_SM120_STREAMK                                                                            \
+  template struct fp4_gemm::Sm120Kernel<fp4_gemm::GemmArch::Sm120, fp4_gemm::OperandFormat::Nvfp4, \
+                                        fp4_gemm::OutFormat::Bf16, fp4_gemm::BlackwellTile::StreamK>;
