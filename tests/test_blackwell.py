@@ -187,13 +187,14 @@ def test_library_has_one_stream_k_kernel_per_arch_of_nvfp4_to_bf16(cc):
 @pytest.mark.parametrize("cc", BLACKWELL)
 def test_library_has_the_grouped_kernels_and_their_argument_kernels(cc, fmt):
     """Masked and contiguous groups run CUTLASS's ptr-array kernel (one per output type, shared by
-    both groupings) after a small kernel that builds its per-group arguments on the device;
-    contiguous groups first re-lay their A scales (the portable tile_group_scales kernels)."""
+    both groupings) after a small kernel that builds its per-group arguments on the device; groups
+    whose scales do not start on 128-row tiles first re-lay them (the portable tile_group_scales
+    kernels: from the expert ids, or strided)."""
     require_built(cc)
     grouped = [name for name, (f, _) in blackwell_kernels(cc).items() if f == fmt and "GroupProblemShape" in name]
     assert len(grouped) == 2, f"sm_{cc}a {fmt}: {len(grouped)} grouped kernels"
     assert any(f"group_argumentsILNS_8GemmArchE{cc}E" in name for name in all_kernels(cc))
-    for kernel in ("group_rows_kernel", "move_scales_kernel"):
+    for kernel in ("group_rows_kernel", "strided_rows_kernel", "move_scales_kernel"):
         assert any(kernel in name for name in all_kernels(cc)), f"sm_{cc}a: no {kernel}"
 
 
@@ -335,25 +336,24 @@ def test_nvfp4_outputs_are_staged_through_the_float32_kernel(fp4, cc, kind):
 @pytest.mark.parametrize("grouping", ["batched", "masked"])
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("cc", BLACKWELL)
-def test_backend_serves_groups_on_whole_scale_tiles(fp4, cc, fmt, grouping):
-    """A grouped query is 8 groups of m rows: served where every group's A and B scales start on a
-    128-row SfAtom tile (m and N multiples of 128), so each group's scales are a slice of the buffer."""
+def test_backend_serves_groups_of_any_rows_and_n(fp4, cc, fmt, grouping):
+    """A grouped query is 8 groups of m rows. Where m or N is not a multiple of 128 a group's scales
+    do not start on a 128-row SfAtom tile: they are re-laid per group first (tile_group_scales)."""
     require_built(cc)
-    assert backend(fp4, cc, fmt, grouping=grouping) == BACKENDS[cc]
-    assert backend(fp4, cc, fmt, m=128, n=128, grouping=grouping) == BACKENDS[cc]
-    assert backend(fp4, cc, fmt, m=200, grouping=grouping) != BACKENDS[cc]
-    assert backend(fp4, cc, fmt, n=4104, grouping=grouping) != BACKENDS[cc]
+    for m, n in [(256, 4096), (128, 128), (200, 4096), (256, 4104), (1, 8), (77, 200)]:
+        assert backend(fp4, cc, fmt, m=m, n=n, grouping=grouping) == BACKENDS[cc], f"{m=} {n=}"
+    assert backend(fp4, cc, fmt, k=48, grouping=grouping) != BACKENDS[cc]  # 24-byte NVFP4 rows
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("cc", BLACKWELL)
 def test_backend_serves_contiguous_groups_of_any_rows(fp4, cc, fmt):
     """Contiguous experts start anywhere: their A scales are re-laid onto tiles of their own first
-    (tile_group_scales), so only the weights' N must be a multiple of 128 (B's scales per expert)."""
+    (tile_group_scales from the expert ids), and the weights' too where N is not a multiple of 128."""
     require_built(cc)
     for m in (256, 200, 1, 100_000):
         assert backend(fp4, cc, fmt, m=m, grouping="contiguous") == BACKENDS[cc], f"{m=}"
-    assert backend(fp4, cc, fmt, n=4104, grouping="contiguous") != BACKENDS[cc]
+    assert backend(fp4, cc, fmt, n=4104, grouping="contiguous") == BACKENDS[cc]
     assert backend(fp4, cc, fmt, k=48, grouping="contiguous") != BACKENDS[cc]  # 24-byte NVFP4 rows
 
 
@@ -437,13 +437,15 @@ def cutlass_sf_offset(m: int, kb: int, batch: int, rows: int, nkb: int) -> int:
     return atom + 512 * (kb // 4 + k_tiles * (m // 128 + row_tiles * batch))
 
 
-@pytest.mark.parametrize("rows, nkb", [(256, 10), (384, 4), (128, 7)])
-def test_cutlass_scale_layout_is_the_flattened_swizzled_buffer(ref, rows, nkb):
-    """Batches of 128-row multiples (what blackwell_supports() requires of batched GEMMs) make
-    CUTLASS's L-strided scales the swizzled buffer of all batches' rows (the C++ recipes check the
-    same identity at compile time against CUTLASS's own layout)."""
+@pytest.mark.parametrize("rows, nkb", [(256, 10), (384, 4), (128, 7), (200, 5), (1, 3)])
+def test_cutlass_scale_layout_is_the_swizzled_buffer_of_batches_on_whole_tiles(ref, rows, nkb):
+    """CUTLASS's L-strided scales are the swizzled buffer of all batches' rows, each batch padded to
+    whole 128-row tiles: the flattened buffer itself for 128-row multiples, else what
+    tile_group_scales's strided groups write (the C++ recipes check the same identity at compile
+    time against CUTLASS's own layout, for 200-row batches)."""
+    padded = -(-rows // 128) * 128
     for batch in range(2):
         for m in range(rows):
             for kb in range(nkb):
-                expected = ref.sf_offset(batch * rows + m, kb, nkb)
+                expected = ref.sf_offset(batch * padded + m, kb, nkb)
                 assert cutlass_sf_offset(m, kb, batch, rows, nkb) == expected, f"{m=} {kb=} {batch=}"
