@@ -54,12 +54,17 @@ def operand(ref, fmt: str, rows: int, k: int, seed: int) -> tuple[torch.Tensor, 
     return ref.quantize(x, ref.FORMATS[fmt], swizzle=True)
 
 
-def call_gemm(op, a, b, sfa, sfb, a_format: str, out: torch.Tensor, **epilogue) -> None:
+def call_gemm(op, a, b, sfa, sfb, a_format: str, out: torch.Tensor, alpha_scale=1.0, b_format="e0m3") -> None:
+    """op (gemm's schema) on a dense problem with an fp16 output and no epilogue but alpha_scale."""
     op(
-        a, b, sfa, sfb, a_format, epilogue.get("b_format", "e0m3"), False, "dense", None, 0,
-        epilogue.get("alpha"), epilogue.get("alpha_scale", 1.0), epilogue.get("bias"), epilogue.get("residual"),
-        epilogue.get("activation", "none"), out, None, "fp16", "auto", -1, -1, 0, 0, None, False,
+        a, b, sfa, sfb, a_format, b_format, False, "dense", None, 0, None, alpha_scale, None, None, "none",
+        out, None, "fp16", "auto", -1, -1, 0, 0, None, False,
     )  # fmt: skip
+
+
+def on_backend(fp4, name: str):
+    """ops.gemm with the named backend (ops.gemm_on)."""
+    return lambda *args: fp4._ops.ops.gemm_on(name, *args)
 
 
 def backend(fp4, cc: int, a_format: str, m: int, n: int = 4096, k: int = 4096) -> str:
@@ -115,21 +120,29 @@ def test_hopper_keeps_e0m3_on_its_engine(fp4, a_format):
 
 @requires_sm90
 @pytest.mark.parametrize("a_format", ["nvfp4", "e0m3"])
-@pytest.mark.parametrize("mnk", [(130, 256, 512), (17, 64, 48), (300, 136, 272)], ids=str)
+@pytest.mark.parametrize("mnk", [(130, 256, 512), (17, 64, 48), (300, 136, 272), (40, 24, 16)], ids=str)
 def test_split_backend_is_within_the_bound_over_k_prime_terms(fp4, ref, a_format, mnk):
     m, n, k = mnk
     a, sfa = operand(ref, a_format, m, k, seed=m + k)
     b, sfb = operand(ref, "e0m3", n, k, seed=n)
     a_dq = ref.dequantize(a, sfa, ref.FORMATS[a_format]).double()
     b_dq = ref.dequantize(b, sfb, ref.E0M3).double()
+    operands = tuple(t.cuda() for t in (a, b, sfa, sfb))
     outs = []
     for _ in range(2):
         out = poisoned_like(torch.empty(m, n, dtype=torch.float16, device="cuda"))
-        call_gemm(
-            lambda *args: fp4._ops.ops.gemm_on("e0m3_split", *args),
-            a.cuda(), b.cuda(), sfa.cuda(), sfb.cuda(), a_format, out, alpha_scale=0.5,
-        )  # fmt: skip
+        call_gemm(on_backend(fp4, "e0m3_split"), *operands, a_format, out, alpha_scale=0.5)
         outs.append(out.cpu())
     split = (2 if a_format == "e0m3" else 1) * 2
     assert_within_bound(outs[0], 0.5 * a_dq @ b_dq.T, 0.5 * a_dq, b_dq, f"split {a_format} {mnk}", terms=split * k)
     assert_bitwise_equal(outs[1], outs[0], "second run")
+
+
+@requires_sm90
+def test_gemm_on_refuses_a_backend_that_does_not_serve_the_problem(fp4, ref):
+    a, sfa = (t.cuda() for t in operand(ref, "nvfp4", 32, 64, seed=3))
+    out = torch.empty(32, 32, dtype=torch.float16, device="cuda")
+    with pytest.raises(RuntimeError, match="does not serve this problem"):
+        call_gemm(on_backend(fp4, "e0m3_split"), a, a, sfa, sfa, "nvfp4", out, b_format="nvfp4")  # no E0M3 operand
+    with pytest.raises(RuntimeError, match="no backend named"):
+        call_gemm(on_backend(fp4, "no_such_backend"), a, a, sfa, sfa, "nvfp4", out)
