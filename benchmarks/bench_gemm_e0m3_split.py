@@ -1,9 +1,9 @@
 """The E0M3 split backend (csrc/gemm/e0m3_split.cu), run by name on an H200: what splitting each E0M3
 integer into two E2M1 values costs against the Hopper engine, which reads E0M3 itself, and how much
-of it is the NVFP4 GEMM over K' (the same GEMM alone, on operands split once; the rest, the split
-kernels, is within timing noise at the large shapes). On Blackwell the split feeds the CUTLASS FP4
-kernels instead (not measured: no Blackwell GPU). One process, same operands, the engine first,
-medians of CUDA-event timings (triton.testing.do_bench).
+of it is the NVFP4 GEMM over K' (the same GEMM alone, on operands split once; the difference is the
+split kernels plus the spread between two separately timed medians). On Blackwell the split feeds
+the CUTLASS FP4 kernels instead (not measured: no Blackwell GPU). One process, same operands, the
+engine first, medians of CUDA-event timings (triton.testing.do_bench).
 
     python benchmarks/bench_gemm_e0m3_split.py --out benchmarks/results/h200-gemm-e0m3-split.json
 """
