@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from collections.abc import Callable
@@ -32,3 +33,13 @@ def write_results(path: Path, rows: list, **extra: object) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     result = {"gpu": torch.cuda.get_device_name(), **extra, "rows": rows}
     path.write_text(json.dumps(result, indent=1) + "\n")
+
+
+def run(default_name: str, collect: Callable[[object], list]) -> None:
+    """A script's main: --out (default results/<default_name>), then collect(package) on seed 0, written."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, default=RESULTS / default_name)
+    args = parser.parse_args()
+    fp4 = load()
+    torch.manual_seed(0)
+    write_results(args.out, collect(fp4))

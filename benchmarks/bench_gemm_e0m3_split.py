@@ -10,11 +10,8 @@ engine first, medians of CUDA-event timings (triton.testing.do_bench).
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
 import torch
-from bench_common import RESULTS, load, median_us, write_results
+from bench_common import median_us, run
 
 SHAPES = [(256, 4096, 4096), (4096, 4096, 4096), (4096, 17408, 5120)]  # (M, N, K)
 A_FORMATS = {"nvfp4": 1, "e0m3": 0}  # name -> e0m3_weight_gemm_fp16's a_format
@@ -57,15 +54,5 @@ def row_for(fp4, a_format: str, m: int, n: int, k: int) -> dict:
     return row
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, default=RESULTS / "h200-gemm-e0m3-split.json")
-    args = parser.parse_args()
-    fp4 = load()
-    torch.manual_seed(0)
-    rows = [row_for(fp4, a_format, *shape) for a_format in A_FORMATS for shape in SHAPES]
-    write_results(args.out, rows)
-
-
 if __name__ == "__main__":
-    main()
+    run("h200-gemm-e0m3-split.json", lambda fp4: [row_for(fp4, f, *shape) for f in A_FORMATS for shape in SHAPES])

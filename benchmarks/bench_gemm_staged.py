@@ -8,11 +8,8 @@ medians of CUDA-event timings (triton.testing.do_bench).
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
 import torch
-from bench_common import RESULTS, load, median_us, write_results
+from bench_common import median_us, run
 
 TIMING = {"warmup": 5, "rep": 50}  # the reference rows take seconds each
 SHAPES = [(256, 4096, 4096), (4096, 4096, 4096), (4096, 17408, 5120)]  # (M, N_out, K)
@@ -55,15 +52,5 @@ def rows_for(fp4, m: int, n: int, k: int) -> list[dict]:
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, default=RESULTS / "h200-gemm-staged.json")
-    args = parser.parse_args()
-    fp4 = load()
-    torch.manual_seed(0)
-    rows = [row for shape in SHAPES for row in rows_for(fp4, *shape)]
-    write_results(args.out, rows)
-
-
 if __name__ == "__main__":
-    main()
+    run("h200-gemm-staged.json", lambda fp4: [row for shape in SHAPES for row in rows_for(fp4, *shape)])

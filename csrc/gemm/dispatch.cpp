@@ -1,5 +1,6 @@
 #include "csrc/gemm/dispatch.h"
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -30,6 +31,11 @@ const GemmBackend& delegate_backend(const GemmProblem& problem, const char* dele
 int64_t delegate_scratch_bytes(const GemmProblem& problem, const char* delegator) {
   const GemmBackend& backend = delegate_backend(problem, delegator);
   return backend.scratch_bytes == nullptr ? 0 : backend.scratch_bytes(problem);
+}
+
+void pass_scratch_past(const GemmProblem& outer, int64_t own_bytes, GemmProblem& inner) {
+  inner.scratch = outer.scratch == nullptr ? nullptr : static_cast<uint8_t*>(outer.scratch) + own_bytes;
+  inner.scratch_bytes = outer.scratch_bytes > own_bytes ? outer.scratch_bytes - own_bytes : 0;
 }
 
 }  // namespace fp4_gemm

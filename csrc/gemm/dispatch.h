@@ -18,6 +18,10 @@ const GemmBackend* find_gemm_backend(const GemmProblem& problem, int cc);
 const GemmBackend& delegate_backend(const GemmProblem& problem, const char* delegator);
 int64_t delegate_scratch_bytes(const GemmProblem& problem, const char* delegator);
 
+// The delegator keeps the first `own_bytes` of outer's scratch; the delegated problem gets the rest
+// (none before the scratch exists).
+void pass_scratch_past(const GemmProblem& outer, int64_t own_bytes, GemmProblem& inner);
+
 // Whether a backend of `arch` has code for compute capability `cc`: portable backends everywhere,
 // arch sections on their own capability only.
 bool arch_runs_on(GemmArch arch, int cc);

@@ -54,31 +54,29 @@ SplitLayout split_layout(int64_t rows, const GemmProblem& p) {
 
 SplitLayout a_layout(const GemmProblem& p) { return split_layout(p.m, p); }
 SplitLayout b_layout(const GemmProblem& p) { return split_layout(p.groups * p.n, p); }
+int64_t own_bytes(const GemmProblem& p) { return a_layout(p).bytes() + b_layout(p).bytes(); }
 
-// Where the split operands sit in the scratch: A's values and scales, then B's, then the inner
-// backend's scratch. Before the scratch exists (supports, scratch_bytes) an aligned address stands in.
+// Where the split operands sit in the scratch: A's values and scales, then B's (the inner backend's
+// scratch follows). Before the scratch exists (supports, scratch_bytes) an aligned address stands in.
 struct SplitBuffers {
-  uint8_t *a_values, *a_scales, *b_values, *b_scales, *inner;
+  uint8_t *a_values, *a_scales, *b_values, *b_scales;
 };
 
 SplitBuffers split_buffers(const GemmProblem& p) {
   const SplitLayout a = a_layout(p), b = b_layout(p);
   uint8_t* const stand_in = reinterpret_cast<uint8_t*>(uintptr_t{1} << 12);
   uint8_t* base = p.scratch != nullptr ? static_cast<uint8_t*>(p.scratch) : stand_in;
-  return {base, base + a.values_bytes, base + a.bytes(), base + a.bytes() + b.values_bytes,
-          p.scratch != nullptr ? base + a.bytes() + b.bytes() : nullptr};
+  return {base, base + a.values_bytes, base + a.bytes(), base + a.bytes() + b.values_bytes};
 }
 
 // The NVFP4 problem over K' = S K, on the split operands.
 GemmProblem inner_problem(const GemmProblem& p) {
   const SplitBuffers buffers = split_buffers(p);
-  const int64_t own = a_layout(p).bytes() + b_layout(p).bytes();
   GemmProblem inner = p;
   inner.k = p.k * split(p);
   inner.a = {buffers.a_values, buffers.a_scales, OperandFormat::Nvfp4};
   inner.b = {buffers.b_values, buffers.b_scales, OperandFormat::Nvfp4};
-  inner.scratch = buffers.inner;
-  inner.scratch_bytes = p.scratch_bytes > own ? p.scratch_bytes - own : 0;
+  pass_scratch_past(p, own_bytes(p), inner);
   return inner;
 }
 
@@ -96,7 +94,7 @@ bool supports(const GemmProblem& p) {
 }
 
 int64_t scratch_bytes(const GemmProblem& p) {
-  return a_layout(p).bytes() + b_layout(p).bytes() + delegate_scratch_bytes(inner_problem(p), kName);
+  return own_bytes(p) + delegate_scratch_bytes(inner_problem(p), kName);
 }
 
 struct SplitParams {
@@ -150,7 +148,7 @@ void launch_split(const GemmOperand& operand, const SplitLayout& layout, int par
 }
 
 void run(const GemmProblem& p, cudaStream_t stream) {
-  if (p.scratch_bytes < a_layout(p).bytes() + b_layout(p).bytes()) {
+  if (p.scratch_bytes < own_bytes(p)) {
     throw std::runtime_error("fp4_gemm: the split E0M3 GEMM got less scratch than scratch_bytes() asked for");
   }
   const SplitBuffers buffers = split_buffers(p);

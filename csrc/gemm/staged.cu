@@ -50,6 +50,7 @@ int64_t stage_bytes(const GemmProblem& p) { return aligned_bytes(p.m * p.n * 4);
 int64_t finished_bytes(const GemmProblem& p) {
   return finishes(p) ? aligned_bytes(p.m * p.n_out() * (encoded_type(p) == FloatType::Fp16 ? 2 : 4)) : 0;
 }
+int64_t own_bytes(const GemmProblem& p) { return stage_bytes(p) + finished_bytes(p); }
 
 // The problem the inner backend computes: alpha * A @ B^T in float32, its out and scratch in `p`'s
 // scratch (once allocated).
@@ -62,9 +63,7 @@ GemmProblem inner_problem(const GemmProblem& p) {
   e.bias_per_group = false;
   e.out = p.scratch;
   e.out_scales = nullptr;
-  const int64_t own = stage_bytes(p) + finished_bytes(p);
-  inner.scratch = p.scratch == nullptr ? nullptr : static_cast<uint8_t*>(p.scratch) + own;
-  inner.scratch_bytes = p.scratch_bytes > own ? p.scratch_bytes - own : 0;
+  pass_scratch_past(p, own_bytes(p), inner);
   return inner;
 }
 
@@ -83,7 +82,7 @@ bool supports(const GemmProblem& p) {
 }
 
 int64_t scratch_bytes(const GemmProblem& p) {
-  return stage_bytes(p) + finished_bytes(p) + delegate_scratch_bytes(inner_problem(p), kName);
+  return own_bytes(p) + delegate_scratch_bytes(inner_problem(p), kName);
 }
 
 struct FinishParams {
@@ -127,7 +126,7 @@ __global__ void __launch_bounds__(kMatrixThreads) finish_kernel(const FinishPara
 }
 
 void run(const GemmProblem& p, cudaStream_t stream) {
-  if (p.scratch_bytes < stage_bytes(p) + finished_bytes(p)) {
+  if (p.scratch_bytes < own_bytes(p)) {
     throw std::runtime_error("fp4_gemm: the staged GEMM got less scratch than scratch_bytes() asked for");
   }
   const GemmProblem inner = inner_problem(p);
