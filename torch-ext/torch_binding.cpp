@@ -63,7 +63,7 @@ Enum parse_name(std::string_view name, const std::string_view (&names)[N], const
 }
 
 // Names in the enums' order (csrc/gemm/problem.h), as the Python layer spells them.
-constexpr std::string_view kOperandFormats[] = {"mxfp8", "mxfp4", "nvfp4", "e0m3"};
+constexpr std::string_view kOperandFormats[] = {"mxfp8", "mxfp4", "nvfp4", "e0m3", "bf16"};
 constexpr std::string_view kGroupings[] = {"dense", "batched", "contiguous", "masked"};
 constexpr std::string_view kActivations[] = {"none", "gelu", "relu2", "geglu"};
 constexpr std::string_view kOutFormats[] = {"bf16", "fp16", "nvfp4", "nvfp4_from_fp16"};
@@ -360,7 +360,7 @@ void gemm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& sfa, 
   const c10::cuda::CUDAGuard guard(a.device());
   GemmProblem problem =
       gemm_kind(a_format, b_format, b_interleaved, grouping, activation, out_format, schedule);
-  problem.k = a.size(-1) * 8 / element_bits(problem.a.format);
+  problem.k = a.size(-1) * a.element_size() * 8 / element_bits(problem.a.format);  // a bf16 A: K elements
   problem.m = a.numel() / a.size(-1);
   problem.n = b.size(-2);
   problem.groups = b.dim() == 3 ? b.size(0) : 1;

@@ -53,26 +53,31 @@ __device__ long long block_exclusive_sum(long long value, long long* total) {
   return result;
 }
 
-// One block: (1) every expert empty, (2) the rows where an expert's run starts or ends lower its
-// first / raise its last (one atomic per expert for valid ids), (3) rows and tiles per expert in
-// order, clamped to the capacity, and the expert of every tile.
+// Run by one whole block: (1) every expert empty, (2) the rows where an expert's run starts or
+// ends lower its first / raise its last (one atomic per expert for valid ids).
+__device__ void find_first_last(const int32_t* ids, int m, int groups, int32_t* first, int32_t* last) {
+  for (int e = threadIdx.x; e < groups; e += blockDim.x) {
+    first[e] = INT_MAX;
+    last[e] = -1;
+  }
+  __syncthreads();
+  for (int r = threadIdx.x; r < m; r += blockDim.x) {
+    const int id = ids[r];
+    if (id < 0 || id >= groups) continue;
+    if (r == 0 || ids[r - 1] != id) atomicMin(&first[id], r);
+    if (r == m - 1 || ids[r + 1] != id) atomicMax(&last[id], r);
+  }
+  __syncthreads();
+}
+
+// One block: first and last row of every expert (find_first_last), then (3) rows and tiles per
+// expert in order, clamped to the capacity, and the expert of every tile.
 __global__ void __launch_bounds__(kGroupThreads) group_rows_kernel(const GroupRowsParams p) {
   griddep_wait();  // the ids may come from the previous kernel
   griddep_launch_dependents();
   int32_t* first = p.out.first;
   int32_t* last = p.out.rows;  // the last row until step 3 turns it into a count
-  for (int e = threadIdx.x; e < p.groups; e += kGroupThreads) {
-    first[e] = INT_MAX;
-    last[e] = -1;
-  }
-  __syncthreads();
-  for (int r = threadIdx.x; r < p.m; r += kGroupThreads) {
-    const int id = p.ids[r];
-    if (id < 0 || id >= p.groups) continue;
-    if (r == 0 || p.ids[r - 1] != id) atomicMin(&first[id], r);
-    if (r == p.m - 1 || p.ids[r + 1] != id) atomicMax(&last[id], r);
-  }
-  __syncthreads();
+  find_first_last(p.ids, p.m, p.groups, first, last);
   __shared__ long long carry;  // tiles of the experts before this chunk, clamped to the capacity
   if (threadIdx.x == 0) carry = 0;
   __syncthreads();
@@ -98,6 +103,26 @@ __global__ void __launch_bounds__(kGroupThreads) group_rows_kernel(const GroupRo
   }
   for (int t = static_cast<int>(carry) + static_cast<int>(threadIdx.x); t < p.capacity; t += kGroupThreads) {
     p.out.tile_group[t] = -1;
+  }
+}
+
+struct GroupSpansParams {
+  const int32_t* ids;
+  int32_t m;
+  int32_t groups;
+  int32_t* first;
+  int32_t* rows;
+};
+
+// One block: each expert's span, from its first to its last row (first 0, rows 0 without any).
+__global__ void __launch_bounds__(kGroupThreads) group_spans_kernel(const GroupSpansParams p) {
+  griddep_wait();
+  griddep_launch_dependents();
+  find_first_last(p.ids, p.m, p.groups, p.first, p.rows);
+  for (int e = threadIdx.x; e < p.groups; e += kGroupThreads) {
+    const int start = p.first[e], end = p.rows[e];
+    p.first[e] = end >= start ? start : 0;
+    p.rows[e] = end >= start ? end - start + 1 : 0;
   }
 }
 
@@ -172,6 +197,15 @@ int64_t carve_group_scale_tiles(void* scratch, int64_t m, int64_t groups, int64_
   take(tiles->tile_group, group_scale_tiles(m, groups) * static_cast<int64_t>(sizeof(int32_t)));
   take(tiles->scales, group_scale_bytes(m, groups, nkb));
   return offset;
+}
+
+void find_group_spans(const int32_t* ids, int64_t m, int64_t groups, int32_t* first, int32_t* rows, bool pdl,
+                      cudaStream_t stream) {
+  if (groups < 1 || m < 0 || m > INT_MAX || groups > INT_MAX) {
+    throw std::runtime_error("fp4_gemm: find_group_spans needs 1 <= groups and m < 2^31 rows");
+  }
+  const GroupSpansParams params{ids, static_cast<int32_t>(m), static_cast<int32_t>(groups), first, rows};
+  launch_kernel(group_spans_kernel, dim3(1), dim3(kGroupThreads), 0, stream, pdl, params);
 }
 
 void tile_group_scales(const TileGroupScalesProblem& problem, cudaStream_t stream) {

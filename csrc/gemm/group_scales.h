@@ -60,4 +60,10 @@ struct TileGroupScalesProblem {
 
 void tile_group_scales(const TileGroupScalesProblem& problem, cudaStream_t stream);
 
+// Only the spans of contiguous groups (grouping.cuh): first[e] and rows[e] from expert e's first to
+// its last row with id e (0 and 0 without any), the ids read on the device. Unclamped: kernels that
+// index the SfAtom rows directly need no tiles of their own.
+void find_group_spans(const int32_t* ids, int64_t m, int64_t groups, int32_t* first, int32_t* rows, bool pdl,
+                      cudaStream_t stream);
+
 }  // namespace fp4_gemm

@@ -14,8 +14,9 @@
 namespace fp4_gemm {
 
 // Element format and block scale of an operand: E4M3/UE8M0 per 32, E2M1/UE8M0 per 32,
-// E2M1/UE4M3 per 16, E0M3/UE4M3 per 16.
-enum class OperandFormat : int { Mxfp8 = 0, Mxfp4 = 1, Nvfp4 = 2, E0m3 = 3 };
+// E2M1/UE4M3 per 16, E0M3/UE4M3 per 16; or plain bf16 values without scales (Bf16, the activations
+// of the W4A16 tier: A only, its block size is B's).
+enum class OperandFormat : int { Mxfp8 = 0, Mxfp4 = 1, Nvfp4 = 2, E0m3 = 3, Bf16 = 4 };
 
 // Which weight matrix each row of A multiplies, and which rows the op owns (writes).
 //   Dense:      one weight.
@@ -36,10 +37,14 @@ enum class OutFormat : int { Bf16 = 0, Fp16 = 1, Nvfp4 = 2, Nvfp4FromFp16 = 3, F
 // the flashrt-style API. None of them changes the result.
 enum class Schedule : int { Auto = 0, StreamK = 1, Skinny = 2, Gemv = 3, Mrows = 4, M256 = 5 };
 
+// Elements per scale block; a Bf16 operand has none (0), so callers take B's.
 inline constexpr int block_size(OperandFormat f) {
-  return f == OperandFormat::Mxfp8 || f == OperandFormat::Mxfp4 ? 32 : 16;
+  return f == OperandFormat::Bf16 ? 0 : f == OperandFormat::Mxfp8 || f == OperandFormat::Mxfp4 ? 32 : 16;
 }
-inline constexpr int element_bits(OperandFormat f) { return f == OperandFormat::Mxfp8 ? 8 : 4; }
+inline constexpr int element_bits(OperandFormat f) {
+  return f == OperandFormat::Bf16 ? 16 : f == OperandFormat::Mxfp8 ? 8 : 4;
+}
+inline constexpr bool block_scaled(OperandFormat f) { return f != OperandFormat::Bf16; }
 
 // A block-scaled operand: row-major stored values and CUTLASS SfAtom scales (docs/FORMATS.md).
 struct GemmOperand {

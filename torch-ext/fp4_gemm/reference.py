@@ -555,7 +555,7 @@ def gemm_into(
     b_values = b.reshape(-1, b.shape[-1])
     if b_interleaved:
         b_values = deinterleave_rows(b_values)
-    a_dq = dequantize(a, sfa, FORMATS[a_format])
+    a_dq = a.reshape(-1, a.shape[-1]).float() if a_format == "bf16" else dequantize(a, sfa, FORMATS[a_format])
     b_dq = dequantize(b_values, sfb, FORMATS[b_format])
     group, owned = row_groups(grouping, a_dq.shape[0], groups, group_index, group_rows, a.device)
     acc = gemm_accumulate(a_dq, b_dq, group, groups)

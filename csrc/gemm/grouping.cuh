@@ -1,0 +1,82 @@
+// Which rows of A (and of the output) each group owns, read on the device, for every kernel that
+// runs a grouped GemmProblem (problem.h, Grouping): the Hopper engine's scheduler
+// (sm90/scheduler.cuh) and the portable skinny kernels. Plain CUDA, every arch.
+//
+//   Dense:      one group, rows [0, m).
+//   Batched:    group g owns rows [g R, (g + 1) R), R = group_rows.
+//   Masked:     group g owns rows [g R, g R + clamp(counts[g], 0, R)).
+//   Contiguous: group g's rows lie in its span [first[g], first[g] + rows[g]), from its first to its
+//               last row with id g (find_group_spans, group_scales.h, writes the spans from the ids);
+//               inside the span it owns the rows whose id is g. Valid ids (docs/API.md) make every
+//               span hold only its own rows; other ids still never cause an access out of bounds.
+//
+// Nothing here synchronizes with the host, so a kernel built on it is CUDA-graph capturable and a
+// replay reads the counts and ids of the moment.
+#pragma once
+
+#include <cstdint>
+
+#include "csrc/gemm/problem.h"
+
+namespace fp4_gemm {
+
+// Rows [first, first + rows) of A hold group g's rows (and, outside Contiguous, only them).
+struct GroupSpan {
+  int64_t first;
+  int64_t rows;
+};
+
+struct GroupRows {
+  Grouping grouping = Grouping::Dense;
+  int64_t groups = 1;
+  int64_t m = 0;           // rows of A, all groups
+  int64_t group_rows = 0;  // R of Batched and Masked
+  const int32_t* counts = nullptr;  // Masked: [groups] valid rows per group
+  const int32_t* ids = nullptr;     // Contiguous: [m] expert id per row
+  const int32_t* first = nullptr;   // Contiguous: [groups] spans (find_group_spans)
+  const int32_t* rows = nullptr;
+
+  __device__ __forceinline__ GroupSpan span(int64_t g) const {
+    switch (grouping) {
+      case Grouping::Batched:
+        return {g * group_rows, group_rows};
+      case Grouping::Masked: {
+        const int64_t count = counts[g];
+        return {g * group_rows, count < 0 ? 0 : count > group_rows ? group_rows : count};
+      }
+      case Grouping::Contiguous:
+        return {first[g], rows[g]};
+      default:
+        return {0, m};
+    }
+  }
+
+  // Whether group g writes row `row` of its span.
+  __device__ __forceinline__ bool owns(int64_t g, int64_t row) const {
+    return grouping != Grouping::Contiguous || ids[row] == g;
+  }
+};
+
+// Walks the groups in order for a rising sequence of work-unit indices, where group g has
+// units(span(g)) units: each call moves forward only, so a CTA's whole walk reads every group's
+// span once (the masked counts, the contiguous spans).
+struct GroupCursor {
+  int64_t group = -1;  // the group of the last unit found
+  int64_t base = 0;    // units of the groups before it
+  int64_t count = 0;   // its units
+  GroupSpan span{0, 0};
+
+  // Moves to the group holding `unit` (>= every earlier argument); false past the last group.
+  template <class Units>
+  __device__ __forceinline__ bool seek(const GroupRows& groups, int64_t unit, const Units& units) {
+    while (unit >= base + count) {
+      base += count;
+      if (++group >= groups.groups) return false;
+      span = groups.span(group);
+      count = units(span);
+    }
+    return true;
+  }
+};
+
+}  // namespace fp4_gemm
