@@ -46,9 +46,12 @@ HOST_ONLY = ("sfa_size_bytes", "capabilities", "nvfp4_gemm_m256_workspace_size")
 # every other GEMM: its status depends on the arch's backends (csrc/gemm/dispatch)
 GEMMS = tuple(sorted(set(CASES) - set(NATIVE) - set(HOST_ONLY)))
 WITH_OPS = NATIVE + GEMMS
-# the dense GEMMs with 16-bit outputs, which the Hopper engine serves
+# the dense and grouped GEMMs with 16-bit outputs, which the Hopper engine serves
 HOPPER_ENGINE = (
+    "batch_gemm",
     "dense_gemm",
+    "group_contiguous_gemm",
+    "group_masked_gemm",
     "e0m3_weight_gemm_fp16",
     "fp4_w4a16_linear_bf16",
     "nvfp4_gemm_bf16",

@@ -48,11 +48,8 @@ def test_engine_serves_activations_with_16_bit_outputs(fp4, activation):
     assert backend(fp4, activation=activation, out_format="fp16") == "sm90_engine"
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [{"out_format": "nvfp4"}, {"activation": "geglu"}, {"grouping": "masked"}, {"grouping": "contiguous"}],
-)
-def test_engine_leaves_quantized_outputs_geglu_and_grouping_to_other_backends(fp4, kind):
+@pytest.mark.parametrize("kind", [{"out_format": "nvfp4"}, {"activation": "geglu"}])
+def test_engine_leaves_quantized_outputs_and_geglu_to_other_backends(fp4, kind):
     assert backend(fp4, **kind) != "sm90_engine"
 
 

@@ -36,18 +36,26 @@ struct GroupRows {
   const int32_t* first = nullptr;   // Contiguous: [groups] spans (find_group_spans)
   const int32_t* rows = nullptr;
 
+  template <Grouping kGrouping>
+  __device__ __forceinline__ GroupSpan span(int64_t g) const {
+    if constexpr (kGrouping == Grouping::Batched) {
+      return {g * group_rows, group_rows};
+    } else if constexpr (kGrouping == Grouping::Masked) {
+      const int64_t count = counts[g];
+      return {g * group_rows, count < 0 ? 0 : count > group_rows ? group_rows : count};
+    } else if constexpr (kGrouping == Grouping::Contiguous) {
+      return {first[g], rows[g]};
+    } else {
+      return {0, m};
+    }
+  }
+
   __device__ __forceinline__ GroupSpan span(int64_t g) const {
     switch (grouping) {
-      case Grouping::Batched:
-        return {g * group_rows, group_rows};
-      case Grouping::Masked: {
-        const int64_t count = counts[g];
-        return {g * group_rows, count < 0 ? 0 : count > group_rows ? group_rows : count};
-      }
-      case Grouping::Contiguous:
-        return {first[g], rows[g]};
-      default:
-        return {0, m};
+      case Grouping::Batched: return span<Grouping::Batched>(g);
+      case Grouping::Masked: return span<Grouping::Masked>(g);
+      case Grouping::Contiguous: return span<Grouping::Contiguous>(g);
+      default: return span<Grouping::Dense>(g);
     }
   }
 
@@ -66,16 +74,22 @@ struct GroupCursor {
   int64_t count = 0;   // its units
   GroupSpan span{0, 0};
 
-  // Moves to the group holding `unit` (>= every earlier argument); false past the last group.
-  template <class Units>
-  __device__ __forceinline__ bool seek(const GroupRows& groups, int64_t unit, const Units& units) {
+  // Moves to the group holding `unit` (>= every earlier argument); false past the last of `groups`
+  // groups. span_of(g) gives group g's span (e.g. GroupRows::span), units(span) its units.
+  template <class SpanOf, class Units>
+  __device__ __forceinline__ bool seek(int64_t groups, int64_t unit, const SpanOf& span_of, const Units& units) {
     while (unit >= base + count) {
       base += count;
-      if (++group >= groups.groups) return false;
-      span = groups.span(group);
+      if (++group >= groups) return false;
+      span = span_of(group);
       count = units(span);
     }
     return true;
+  }
+
+  template <class Units>
+  __device__ __forceinline__ bool seek(const GroupRows& rows, int64_t unit, const Units& units) {
+    return seek(rows.groups, unit, [&rows](int64_t g) { return rows.span(g); }, units);
   }
 };
 

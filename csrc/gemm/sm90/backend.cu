@@ -1,11 +1,13 @@
 // The Hopper backend: which problems the engine serves, its tile choice, and the launch.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
 #include "csrc/common/launch.cuh"
 #include "csrc/gemm/backends.h"
+#include "csrc/gemm/group_scales.h"
 #include "csrc/gemm/sm90/engine.cuh"
 #include "csrc/gemm/sm90/tensor_map.h"
 #include "csrc/quant/dequantize.h"
@@ -22,13 +24,37 @@ bool operand_pair_supported(OperandFormat a, OperandFormat b) {
 
 int64_t row_bytes(OperandFormat format, int64_t k) { return k * element_bits(format) / 8; }
 
+// Groupings the scheduler serves (scheduler.cuh): dense; batched and masked over groups of
+// group_rows rows; contiguous from the expert id of every row. Grouped kernels are built for the
+// three symmetric modes (the halops functions' operands).
+bool grouping_supported(const GemmProblem& p) {
+  const GemmEpilogue& e = p.epilogue;
+  if (p.grouping == Grouping::Dense) return p.groups == 1 && !e.bias_per_group && e.alpha_count <= 1;
+  if (p.a.format != p.b.format || p.a.format == OperandFormat::E0m3 || p.groups < 1) return false;
+  if (e.alpha_count > 1 && e.alpha_count != p.groups) return false;
+  if (p.groups * p.n > INT32_MAX) return false;  // TMA row coordinates of B
+  // The scheduler's 32-bit tile index inside a group (a contiguous span is at most all m rows).
+  const int64_t group_rows = p.grouping == Grouping::Contiguous ? p.m : p.group_rows;
+  if (ceil_div(group_rows, 128) * ceil_div(p.n, 128) > INT32_MAX) return false;
+  switch (p.grouping) {
+    case Grouping::Batched:
+      return p.group_rows >= 1 && p.groups * p.group_rows == p.m;
+    case Grouping::Masked:
+      return p.group_rows >= 1 && p.groups * p.group_rows == p.m && p.group_index != nullptr;
+    case Grouping::Contiguous:
+      return p.group_index != nullptr && p.groups <= INT32_MAX;
+    default:
+      return false;
+  }
+}
+
 bool supports(const GemmProblem& p) {
   const GemmEpilogue& e = p.epilogue;
-  if (p.grouping != Grouping::Dense || p.groups != 1 || p.b_interleaved) return false;
+  if (p.b_interleaved || !grouping_supported(p)) return false;
   if (e.out_format != OutFormat::Bf16 && e.out_format != OutFormat::Fp16 && e.out_format != OutFormat::Fp32) {
     return false;
   }
-  if (e.activation == Activation::Geglu || e.bias_per_group || e.alpha_count > 1) return false;
+  if (e.activation == Activation::Geglu) return false;
   if (!operand_pair_supported(p.a.format, p.b.format)) return false;
   if (p.m < 1 || p.n < 1 || p.k < 1 || p.m > INT32_MAX || p.n > INT32_MAX) return false;
   // TMA: 16-byte aligned bases and row pitches; bulk scale copies: 16-byte aligned buffers.
@@ -41,17 +67,24 @@ bool supports(const GemmProblem& p) {
 }
 
 int device_sm_count() {
-  int device = 0, sms = 0;
+  static int cache[64] = {};  // per device, asked once
+  int device = 0;
   FP4_GEMM_CUDA_CHECK(cudaGetDevice(&device));
-  FP4_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
+  if (device < 0 || device >= 64) throw std::runtime_error("fp4_gemm sm90: device index out of range");
+  if (cache[device] == 0) {
+    FP4_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&cache[device], cudaDevAttrMultiProcessorCount, device));
+  }
+  return cache[device];
 }
+
+int64_t sm_count(const GemmProblem& p) { return p.sm_count > 0 ? p.sm_count : device_sm_count(); }
 
 // variant 0: 128-wide tiles; 1 ("widen"): 256-wide; others pick 256 unless N fits 128. Measured on
 // the H200: a 256-wide tile decodes half the A fragments per column and ran 1.4-1.6x faster per
 // column than a 128-wide one at every shape of benchmarks/bench_gemm.py, M = 256 included, where
 // the extra wave of the narrow tiles costs more than the wide tiles' tail.
 int tile_width(const GemmProblem& p) {
+  if (p.grouping != Grouping::Dense) return 256;  // the grouped kernels' one width
   if (p.variant == 0) return 128;
   if (p.variant == 1) return 256;
   return p.n > 128 ? 256 : 128;
@@ -66,10 +99,20 @@ struct WorkSplit {
   bool stream_k;
 };
 
+// A grouped problem's tile count is known on the device only; the persistent CTAs walk what there is.
+// This bounds it: each group's rows in whole 128-row tiles; valid contiguous ids (each expert's rows
+// consecutive) add at most one part-filled tile per expert.
+int64_t grouped_tile_bound(const GemmProblem& p, int width) {
+  const int64_t m_tiles = p.grouping == Grouping::Contiguous ? ceil_div(p.m, 128) + p.groups
+                                                             : p.groups * ceil_div(p.group_rows, 128);
+  return m_tiles * ceil_div(p.n, width);
+}
+
 WorkSplit work_split(const GemmProblem& p, int width) {
+  if (p.grouping != Grouping::Dense) return {std::max<int64_t>(1, std::min(grouped_tile_bound(p, width), sm_count(p))), false};
   const int64_t tiles = ceil_div(p.m, 128) * ceil_div(p.n, width);
   const int64_t units = tiles * ceil_div(p.k, 64);
-  const int64_t sms = p.sm_count > 0 ? p.sm_count : device_sm_count();
+  const int64_t sms = sm_count(p);
   const bool uneven = tiles % sms != 0 && tiles < 8 * sms;
   if (p.schedule != Schedule::StreamK && !uneven) return {tiles, false};
   return {units < sms ? units : sms, true};
@@ -86,13 +129,13 @@ constexpr int64_t kBf16BMinRowTiles = 24;
 constexpr int64_t kBf16BMaxBytes = int64_t(1) << 30;
 
 bool bf16_b(const GemmProblem& p) {
-  return tile_width(p) == 256 && ceil_div(p.m, 128) >= kBf16BMinRowTiles && p.n * p.k * 2 <= kBf16BMaxBytes;
+  return p.grouping == Grouping::Dense && tile_width(p) == 256 && ceil_div(p.m, 128) >= kBf16BMinRowTiles && p.n * p.k * 2 <= kBf16BMaxBytes;
 }
 
 // The scratch the op allocates for a launch (GemmBackend::scratch_bytes), 256-byte aligned parts:
-// stream-K flags, stream-K partial tiles, the bf16 B.
+// stream-K flags, stream-K partial tiles, the bf16 B; or the contiguous groups' spans.
 struct Scratch {
-  int64_t partials = 0, b_bf16 = 0, bytes = 0;
+  int64_t partials = 0, b_bf16 = 0, spans = 0, bytes = 0;
 };
 
 constexpr int64_t kAlign = 256;
@@ -108,6 +151,10 @@ Scratch scratch_layout(const GemmProblem& p) {
   if (bf16_b(p)) {
     layout.b_bf16 = ceil_div(layout.bytes, kAlign) * kAlign;
     layout.bytes = layout.b_bf16 + p.n * p.k * 2;
+  }
+  if (p.grouping == Grouping::Contiguous) {  // first[groups], then rows[groups]
+    layout.spans = ceil_div(layout.bytes, kAlign) * kAlign;
+    layout.bytes = layout.spans + 2 * ceil_div(p.groups * int64_t(sizeof(int32_t)), kAlign) * kAlign;
   }
   return layout;
 }
@@ -142,6 +189,26 @@ const void* dequantize_b(const GemmProblem& p, const Scratch& layout, cudaStream
   return dq.out;
 }
 
+// Each group's rows as the kernels read them on the device (grouping.cuh); the contiguous spans
+// are found from the expert ids first, into the scratch, stream-ordered before the GEMM.
+GroupRows group_rows(const GemmProblem& p, const Scratch& layout, cudaStream_t stream) {
+  GroupRows rows;
+  rows.grouping = p.grouping;
+  rows.groups = p.groups;
+  rows.m = p.m;
+  rows.group_rows = p.group_rows;
+  if (p.grouping == Grouping::Masked) rows.counts = p.group_index;
+  if (p.grouping == Grouping::Contiguous) {
+    auto* first = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(p.scratch) + layout.spans);
+    int32_t* count = first + ceil_div(p.groups * int64_t(sizeof(int32_t)), kAlign) * kAlign / int64_t(sizeof(int32_t));
+    find_group_spans(p.group_index, p.m, p.groups, first, count, p.pdl, stream);
+    rows.ids = p.group_index;
+    rows.first = first;
+    rows.rows = count;
+  }
+  return rows;
+}
+
 template <class Config>
 void launch(const GemmProblem& p, const Scratch& layout, cudaStream_t stream) {
   static_assert(Config::kSmemBytes <= Config::kMaxSmem, "shared memory budget");
@@ -154,11 +221,12 @@ void launch(const GemmProblem& p, const Scratch& layout, cudaStream_t stream) {
                                              Config::kSmemBytes));
     configured[device] = true;
   }
+  const int64_t b_rows = p.groups * p.n;
   const CUtensorMap map_a = byte_matrix_map(p.a.values, p.m, row_bytes(Config::kFormatA, p.k), Config::kRowBytesA,
                                             Config::kBlockM);
   const CUtensorMap map_b =
       Config::kPackedB
-          ? byte_matrix_map(p.b.values, p.n, row_bytes(Config::kFormatB, p.k), Config::kRowBytesB, Config::kBlockN)
+          ? byte_matrix_map(p.b.values, b_rows, row_bytes(Config::kFormatB, p.k), Config::kRowBytesB, Config::kBlockN)
           : byte_matrix_map(dequantize_b(p, layout, stream), p.n, p.k * 2, Config::kBlockK * 2, Config::kBlockN,
                             /*swizzle_128b=*/true);
   EngineParams params;
@@ -167,26 +235,52 @@ void launch(const GemmProblem& p, const Scratch& layout, cudaStream_t stream) {
   params.k = p.k;
   params.sfa = p.a.scales;
   params.sfb = p.b.scales;
-  params.k_tiles = ceil_div(p.k, Config::kBlockK);
   params.nkb = p.k / block_size(Config::kFormatA);
   params.sf_k_atoms = sf_k_tiles(params.nkb);
-  params.sf_row_tiles_b = ceil_div(p.n, kSfTileRows);
-  params.tiles_m = ceil_div(p.m, Config::kBlockM);
-  const int64_t tiles = params.tiles_m * ceil_div(p.n, Config::kBlockN);
-  params.units = tiles * params.k_tiles;
+  params.sf_row_tiles_a = ceil_div(p.m, kSfTileRows);
+  params.sf_row_tiles_b = ceil_div(b_rows, kSfTileRows);
+  ScheduleParams& schedule = params.schedule;
+  schedule.k_tiles = ceil_div(p.k, Config::kBlockK);
+  schedule.n_tiles = ceil_div(p.n, Config::kBlockN);
+  schedule.m_tiles = ceil_div(p.m, Config::kBlockM);
+  schedule.units = schedule.m_tiles * schedule.n_tiles * schedule.k_tiles;
+  schedule.groups = group_rows(p, layout, stream);
   params.flags = nullptr;
   params.partials = nullptr;
   params.epilogue = p.epilogue;
-  int64_t ctas = tiles;
   const WorkSplit split = work_split(p, Config::kBlockN);
   if (split.stream_k) {
-    ctas = split.ctas;
     params.flags = static_cast<int*>(p.scratch);
     params.partials = reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) + layout.partials);
-    FP4_GEMM_CUDA_CHECK(cudaMemsetAsync(params.flags, 0, ctas * sizeof(int), stream));
+    FP4_GEMM_CUDA_CHECK(cudaMemsetAsync(params.flags, 0, split.ctas * sizeof(int), stream));
   }
-  launch_kernel(engine_kernel<Config>, dim3(unsigned(ctas)), dim3(Config::kThreads), Config::kSmemBytes, stream,
-                p.pdl, map_a, map_b, params);
+  // After the spans kernel, PDL overlaps this kernel's prologue with it (the kernel waits for it).
+  const bool pdl = p.pdl || p.grouping == Grouping::Contiguous;
+  launch_kernel(engine_kernel<Config>, dim3(unsigned(split.ctas)), dim3(Config::kThreads), Config::kSmemBytes, stream,
+                pdl, map_a, map_b, params);
+}
+
+template <OperandFormat kA, OperandFormat kB>
+void run_dense(const GemmProblem& p, const Scratch& layout, cudaStream_t stream) {
+  if (bf16_b(p)) {
+    launch<EngineConfig<kA, kB, 256, BSource::Bf16>>(p, layout, stream);
+  } else if (tile_width(p) == 256) {
+    launch<EngineConfig<kA, kB, 256>>(p, layout, stream);
+  } else {
+    launch<EngineConfig<kA, kB, 128>>(p, layout, stream);
+  }
+}
+
+template <OperandFormat kFormat>
+void run_grouped(const GemmProblem& p, const Scratch& layout, cudaStream_t stream) {
+  switch (p.grouping) {
+    case Grouping::Batched:
+      return launch<EngineConfig<kFormat, kFormat, 256, BSource::Packed, Grouping::Batched>>(p, layout, stream);
+    case Grouping::Masked:
+      return launch<EngineConfig<kFormat, kFormat, 256, BSource::Packed, Grouping::Masked>>(p, layout, stream);
+    default:
+      return launch<EngineConfig<kFormat, kFormat, 256, BSource::Packed, Grouping::Contiguous>>(p, layout, stream);
+  }
 }
 
 template <OperandFormat kA, OperandFormat kB>
@@ -196,13 +290,10 @@ void run_pair(const GemmProblem& p, cudaStream_t stream) {
   if (layout.bytes > 0 && (p.scratch == nullptr || p.scratch_bytes < layout.bytes)) {
     throw std::runtime_error("fp4_gemm sm90: the GEMM needs " + std::to_string(layout.bytes) + " bytes of scratch");
   }
-  if (bf16_b(p)) {
-    launch<EngineConfig<kA, kB, 256, BSource::Bf16>>(p, layout, stream);
-  } else if (tile_width(p) == 256) {
-    launch<EngineConfig<kA, kB, 256>>(p, layout, stream);
-  } else {
-    launch<EngineConfig<kA, kB, 128>>(p, layout, stream);
+  if constexpr (kA == kB && kA != OperandFormat::E0m3) {
+    if (p.grouping != Grouping::Dense) return run_grouped<kA>(p, layout, stream);
   }
+  run_dense<kA, kB>(p, layout, stream);
 }
 
 void run(const GemmProblem& p, cudaStream_t stream) {
@@ -216,6 +307,8 @@ void run(const GemmProblem& p, cudaStream_t stream) {
       return run_pair<F::Nvfp4, F::Nvfp4>(p, stream);
     case F::E0m3:
       return p.a.format == F::E0m3 ? run_pair<F::E0m3, F::E0m3>(p, stream) : run_pair<F::Nvfp4, F::E0m3>(p, stream);
+    default:
+      throw std::logic_error("fp4_gemm sm90: an operand format the engine does not decode");
   }
 }
 

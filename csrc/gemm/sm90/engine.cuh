@@ -42,6 +42,7 @@
 #include "csrc/gemm/epilogue.cuh"
 #include "csrc/gemm/problem.h"
 #include "csrc/gemm/sm90/ptx.cuh"
+#include "csrc/gemm/sm90/scheduler.cuh"
 
 namespace fp4_gemm::sm90 {
 
@@ -56,11 +57,14 @@ enum class BSource : int { Packed = 0, Bf16 = 1 };
 
 constexpr int round_up(int x, int multiple) { return (x + multiple - 1) / multiple * multiple; }
 
-template <OperandFormat kA, OperandFormat kB, int kBlockN_, BSource kBSource_ = BSource::Packed>
+template <OperandFormat kA, OperandFormat kB, int kBlockN_, BSource kBSource_ = BSource::Packed,
+          Grouping kGrouping_ = Grouping::Dense>
 struct EngineConfig {
   static constexpr OperandFormat kFormatA = kA;
   static constexpr OperandFormat kFormatB = kB;
   static constexpr BSource kBSource = kBSource_;
+  static constexpr Grouping kGrouping = kGrouping_;
+  static_assert(kGrouping == Grouping::Dense || kBSource == BSource::Packed, "a bf16 B is one dense weight");
   static constexpr bool kPackedB = kBSource_ == BSource::Packed;
   static constexpr int kBlockM = 128;
   static constexpr int kBlockN = kBlockN_;
@@ -72,8 +76,13 @@ struct EngineConfig {
   static constexpr int kRowBytesB = kBlockK * element_bits(kB) / 8;
   static constexpr int kTileBytesA = kBlockM * kRowBytesA;
   static constexpr int kTileBytesB = kBlockN * kRowBytesB;
-  static constexpr int kScaleBytesA = kSfTileBytes;  // the SfAtom column holding this K tile
-  static constexpr int kScaleBytesB = kSfTileBytes * kBlockN / kSfTileRows;
+  // The SfAtom columns holding this K tile: A's 128 rows and B's kBlockN rows start on a 128-row
+  // atom in a dense problem; a group's rows may start anywhere in one (its first row, g * N), so a
+  // grouped tile reads one atom more of each.
+  static constexpr int kScaleTilesA = kGrouping == Grouping::Dense ? 1 : 2;
+  static constexpr int kScaleTilesB = kBlockN / kSfTileRows + (kGrouping == Grouping::Dense ? 0 : 1);
+  static constexpr int kScaleBytesA = kSfTileBytes * kScaleTilesA;
+  static constexpr int kScaleBytesB = kSfTileBytes * kScaleTilesB;
   static constexpr int kBf16TileBytes = kBlockN * kBlockK * 2;
   // A stage: packed A, packed B and both scale columns; or, with a bf16 B, B's swizzled tile first
   // (1024-byte aligned for wgmma), then packed A and its scales.
@@ -109,23 +118,24 @@ struct EngineConfig {
   // 2^-127 .. 2^127, which leaves no such headroom: MX operands keep both multiplies.
   static constexpr bool kPrescaled = kPackedB && kA == OperandFormat::Nvfp4 && kB == OperandFormat::Nvfp4;
 
-  static constexpr int kProducerRegisters = 40;
-  static constexpr int kConsumerRegisters = 232;
+  // The CTA's 384 x 168 registers, shifted to the consumers (setmaxnreg). A grouped producer walks
+  // the groups and addresses up to five scale atoms per stage: it gets 16 more.
+  static constexpr int kProducerRegisters = kGrouping == Grouping::Dense ? 40 : 56;
+  static constexpr int kConsumerRegisters = kGrouping == Grouping::Dense ? 232 : 224;
 };
 
 // Kernel arguments besides the two tensor maps (plain values: captured by CUDA graphs as is).
 struct EngineParams {
-  int64_t m, n, k;
+  int64_t m, n, k;  // m: rows of A, all groups; n: rows of each weight matrix
   const uint8_t* sfa;
   const uint8_t* sfb;
-  int64_t k_tiles;         // ceil(K / 64)
   int64_t sf_k_atoms;      // SfAtom columns per 128-row tile: ceil(nkb / 4)
   int64_t nkb;             // scale blocks per row
-  int64_t sf_row_tiles_b;  // 128-row tiles of B's scale buffer
-  int64_t tiles_m;         // output tiles along M (tile t is (t % tiles_m, t / tiles_m))
-  int64_t units;           // output tiles x k_tiles: the work the CTAs share
-  // Stream-K (see WorkRange): per CTA, a flag and a float partial tile in fragment order. Null
-  // when every CTA owns whole tiles.
+  int64_t sf_row_tiles_a;  // 128-row tiles of A's scale buffer
+  int64_t sf_row_tiles_b;  // 128-row tiles of B's scale buffer (all groups' rows)
+  ScheduleParams schedule;
+  // Dense stream-K (scheduler.cuh): per CTA, a flag and a float partial tile in fragment order.
+  // Null when every CTA owns whole tiles.
   int* flags;
   float* partials;
   GemmEpilogue epilogue;
@@ -148,7 +158,7 @@ __device__ __forceinline__ Bf16x2 scale_pair(uint32_t word, int i, bool in_k) {
   return in_k ? scale : __float2bfloat162_rn(0.0f);
 }
 
-// The four scale bytes of `row` (0..255) in one K column of a buffer of 128-row SfAtom tiles.
+// The four scale bytes of `row` (0..383) in one K column of consecutive 128-row SfAtom tiles.
 __device__ __forceinline__ uint32_t scale_word(const uint8_t* scales, int row) {
   return *reinterpret_cast<const uint32_t*>(scales + (row / kSfTileRows) * kSfTileBytes +
                                             sf_offset(row % kSfTileRows, 0, 1));
@@ -180,14 +190,15 @@ __device__ __forceinline__ TileBlocks tile_blocks(int64_t kt, int64_t nkb) {
 }
 
 // This thread's 16 A elements of one row of the K tile (elements 16q .. 16q + 15), scaled, as the
-// eight bf16 pairs of its fragment, P = 0..7.
+// eight bf16 pairs of its fragment, P = 0..7. The row's scales are row sf_row0 + row of the stage's
+// scale atoms (sf_row0: where the tile's first row sits in its first atom).
 template <class Config>
-__device__ __forceinline__ void load_a_row(const uint8_t* tile, const uint8_t* scales, int row, int q,
+__device__ __forceinline__ void load_a_row(const uint8_t* tile, const uint8_t* scales, int row, int sf_row0, int q,
                                            const TileBlocks& blocks, uint32_t (&pairs)[8]) {
   constexpr OperandFormat kFormat = Config::kFormatA;
   const int block = (16 * q) / block_size(kFormat);
-  const Bf16x2 scale =
-      scale_pair<kFormat, Config::kPrescaled>(scale_word(scales, row), blocks.first_col + block, block < blocks.in_k);
+  const Bf16x2 scale = scale_pair<kFormat, Config::kPrescaled>(scale_word(scales, sf_row0 + row),
+                                                               blocks.first_col + block, block < blocks.in_k);
   Bf16x2 values[8];
   if constexpr (kFormat == OperandFormat::Mxfp8) {
     const uint4 bytes = *reinterpret_cast<const uint4*>(tile + row * Config::kRowBytesA + 16 * q);
@@ -212,11 +223,11 @@ __device__ __forceinline__ void load_a_row(const uint8_t* tile, const uint8_t* s
 // delivers in order): pair 2s + h is elements 16s + 8h + 2q + {0, 1}. Each thread reads its rows
 // whole (the four threads of a row read the same bytes: broadcasts).
 template <class Config>
-__device__ __forceinline__ void load_a_row_natural(const uint8_t* tile, const uint8_t* scales, int row, int q,
-                                                   const TileBlocks& blocks, uint32_t (&pairs)[8]) {
+__device__ __forceinline__ void load_a_row_natural(const uint8_t* tile, const uint8_t* scales, int row, int sf_row0,
+                                                   int q, const TileBlocks& blocks, uint32_t (&pairs)[8]) {
   constexpr OperandFormat kFormat = Config::kFormatA;
   constexpr int kGroup = block_size(kFormat);
-  const uint32_t codes = scale_word(scales, row);
+  const uint32_t codes = scale_word(scales, sf_row0 + row);
   constexpr int kWords = Config::kRowBytesA / 4;
   uint32_t words[kWords];
 #pragma unroll
@@ -246,17 +257,18 @@ __device__ __forceinline__ void load_a_row_natural(const uint8_t* tile, const ui
 // 2q + 8, 2q + 9) of rows g and g + 8; the pairs come in the permuted K order of a packed B
 // (load_a_row) or in wgmma's own order for a bf16 B (load_a_row_natural).
 template <class Config>
-__device__ __forceinline__ void load_a_fragments(const uint8_t* tile, const uint8_t* scales, int warp_row, int lane,
-                                                 const TileBlocks& blocks, uint32_t (&frag)[4][4]) {
+__device__ __forceinline__ void load_a_fragments(const uint8_t* tile, const uint8_t* scales, int sf_row0,
+                                                 int warp_row, int lane, const TileBlocks& blocks,
+                                                 uint32_t (&frag)[4][4]) {
   const int q = lane % 4;
   const int row0 = warp_row + lane / 4;
   uint32_t top[8], bottom[8];
   if constexpr (Config::kPackedB) {
-    load_a_row<Config>(tile, scales, row0, q, blocks, top);
-    load_a_row<Config>(tile, scales, row0 + 8, q, blocks, bottom);
+    load_a_row<Config>(tile, scales, row0, sf_row0, q, blocks, top);
+    load_a_row<Config>(tile, scales, row0 + 8, sf_row0, q, blocks, bottom);
   } else {
-    load_a_row_natural<Config>(tile, scales, row0, q, blocks, top);
-    load_a_row_natural<Config>(tile, scales, row0 + 8, q, blocks, bottom);
+    load_a_row_natural<Config>(tile, scales, row0, sf_row0, q, blocks, top);
+    load_a_row_natural<Config>(tile, scales, row0 + 8, sf_row0, q, blocks, bottom);
   }
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
@@ -272,8 +284,8 @@ __device__ __forceinline__ void load_a_fragments(const uint8_t* tile, const uint
 // comment). Word indices stay compile-time constants (sub < kThreadsPerRowB never changes them),
 // so the row's words live in registers.
 template <class Config>
-__device__ __forceinline__ void convert_b_row(const uint8_t* tile, const uint8_t* scales, uint8_t* bf16_tile, int row,
-                                              int sub, const TileBlocks& blocks) {
+__device__ __forceinline__ void convert_b_row(const uint8_t* tile, const uint8_t* scales, int sf_row0,
+                                              uint8_t* bf16_tile, int row, int sub, const TileBlocks& blocks) {
   constexpr OperandFormat kFormat = Config::kFormatB;
   constexpr int kGroup = block_size(kFormat);
   constexpr int kWords = Config::kRowBytesB / 4;
@@ -286,7 +298,7 @@ __device__ __forceinline__ void convert_b_row(const uint8_t* tile, const uint8_t
   }
   // Scales of the row's blocks in this tile: q for 16-element blocks, q / 2 for 32-element ones.
   constexpr int kBlocks = Config::kBlockK / kGroup;
-  const uint32_t codes = scale_word(scales, row);
+  const uint32_t codes = scale_word(scales, sf_row0 + row);
   Bf16x2 scale[kBlocks];
 #pragma unroll
   for (int i = 0; i < kBlocks; ++i) {
@@ -395,36 +407,39 @@ struct SharedStorage {
   __device__ float* staging() const { return reinterpret_cast<float*>(region); }
 };
 
-// ---- work split ---------------------------------------------------------------------------------
-//
-// The units of work are (output tile, K tile) pairs, tile-major. CTA c of G takes the contiguous
-// units [c * U / G, (c + 1) * U / G). With G = tiles that is one whole tile per CTA (data
-// parallel); with G = the SM count it is stream-K: no wave is left part-empty, and a tile may be
-// split between neighbouring CTAs. Then the CTA holding the tile's first K tiles (its last piece
-// of work) owns the tile: the others, for which the tile is their first piece, leave float
-// partials and raise a flag; the owner adds them in CTA order (a fixed order: results are
-// bitwise reproducible) and runs the epilogue. Owners wait only for pieces that were their
-// contributors' first work, so no wait chains form.
+// ---- the pipeline ----------------------------------------------------------------------------------
 
-__device__ __forceinline__ int64_t first_unit(int64_t cta, const EngineParams& p) {
-  return cta * p.units / int64_t(gridDim.x);
-}
-
-// The CTA whose range holds unit u.
-__device__ __forceinline__ int64_t cta_of_unit(int64_t u, const EngineParams& p) {
-  return ((u + 1) * int64_t(gridDim.x) - 1) / p.units;
-}
-
-struct Segment {
-  int64_t tile;
-  int64_t k_begin, k_end;  // K tiles of this piece
+// Where a tile's rows sit in the scale buffers: the first 128-row SfAtom tile that holds them, how
+// many the stage holds, and the tile's first row inside the first one.
+struct ScaleRows {
+  int64_t first_tile;
+  int tiles;
+  int row0;
 };
 
-__device__ __forceinline__ Segment segment_at(int64_t u, int64_t end, const EngineParams& p) {
-  const int64_t tile = u / p.k_tiles, k_begin = u % p.k_tiles;
-  const int64_t k_end = end - u < p.k_tiles - k_begin ? k_begin + (end - u) : p.k_tiles;
-  return {tile, k_begin, k_end};
+template <int kRows, int kMaxTiles>
+__device__ __forceinline__ ScaleRows scale_rows(int64_t first_row, int64_t buffer_tiles) {
+  const int64_t first_tile = first_row / kSfTileRows;
+  const int row0 = int(first_row % kSfTileRows);
+  const int64_t wanted = (row0 + kRows + kSfTileRows - 1) / kSfTileRows;
+  const int64_t left = buffer_tiles - first_tile;
+  const int64_t tiles = wanted < left ? wanted : left;
+  return {first_tile, int(tiles < kMaxTiles ? tiles : kMaxTiles), row0};
 }
+
+template <class Config>
+__device__ __forceinline__ ScaleRows a_scale_rows(const WorkTile& t, const EngineParams& p) {
+  return scale_rows<Config::kBlockM, Config::kScaleTilesA>(t.m0, p.sf_row_tiles_a);
+}
+
+// B's rows of the tile: rows n0 .. of weight matrix `group`, i.e. rows group * N + n0 .. of B.
+template <class Config>
+__device__ __forceinline__ ScaleRows b_scale_rows(const WorkTile& t, const EngineParams& p) {
+  return scale_rows<Config::kBlockN, Config::kScaleTilesB>(t.group * p.n + t.n0, p.sf_row_tiles_b);
+}
+
+template <class Config>
+using EngineScheduler = Scheduler<Config::kGrouping, Config::kBlockM, Config::kBlockN>;
 
 template <class Config>
 __device__ __forceinline__ void produce(const SharedStorage<Config>& smem, const CUtensorMap* map_a,
@@ -433,34 +448,30 @@ __device__ __forceinline__ void produce(const SharedStorage<Config>& smem, const
   // blocks one per two tiles.
   constexpr int kTilesPerAtom = kSfTileCols * block_size(Config::kFormatA) / Config::kBlockK;
   static_assert(block_size(Config::kFormatA) == block_size(Config::kFormatB), "one scale block size");
-  const int64_t end = first_unit(blockIdx.x + 1, p);
+  EngineScheduler<Config> scheduler(p.schedule);
   int64_t it = 0;  // K tiles streamed so far: the ring position
-  for (int64_t u = first_unit(blockIdx.x, p); u < end;) {
-    const Segment seg = segment_at(u, end, p);
-    const int64_t m0 = (seg.tile % p.tiles_m) * Config::kBlockM, n0 = (seg.tile / p.tiles_m) * Config::kBlockN;
-    const int64_t row_tile_a = m0 / kSfTileRows;
-    const int64_t row_tile_b = n0 / kSfTileRows;
-    const int64_t rows_left = p.sf_row_tiles_b - row_tile_b;
-    const int b_row_tiles = int(rows_left < Config::kBlockN / kSfTileRows ? rows_left : Config::kBlockN / kSfTileRows);
-    const uint32_t bytes = Config::kPackedB ? Config::kTileBytesA + Config::kTileBytesB + Config::kScaleBytesA +
-                                                  b_row_tiles * kSfTileBytes
-                                            : Config::kBf16TileBytes + Config::kTileBytesA + Config::kScaleBytesA;
-    for (int64_t kt = seg.k_begin; kt < seg.k_end; ++kt, ++it) {
+  for (WorkTile t; scheduler.next(t);) {
+    const ScaleRows sa = a_scale_rows<Config>(t, p), sb = b_scale_rows<Config>(t, p);
+    const int64_t b_row = t.group * p.n + t.n0;
+    const uint32_t bytes = Config::kPackedB ? Config::kTileBytesA + Config::kTileBytesB + (sa.tiles + sb.tiles) * kSfTileBytes
+                                            : Config::kBf16TileBytes + Config::kTileBytesA + sa.tiles * kSfTileBytes;
+    for (int64_t kt = t.k_begin; kt < t.k_end; ++kt, ++it) {
       const int s = int(it % Config::kStages);
       mbar_wait(&smem.empty[s], uint32_t((it / Config::kStages) & 1) ^ 1);
       mbar_arrive_expect_tx(&smem.full[s], bytes);
-      tma_load_2d(smem.a(s), map_a, &smem.full[s], int32_t(kt * Config::kRowBytesA), int32_t(m0));
+      tma_load_2d(smem.a(s), map_a, &smem.full[s], int32_t(kt * Config::kRowBytesA), int32_t(t.m0));
       const int32_t b_column = int32_t(kt * (Config::kPackedB ? Config::kRowBytesB : Config::kBlockK * 2));
-      tma_load_2d(smem.b(s), map_b, &smem.full[s], b_column, int32_t(n0));
+      tma_load_2d(smem.b(s), map_b, &smem.full[s], b_column, int32_t(b_row));
       const int64_t atom = kt / kTilesPerAtom;
-      bulk_load(smem.sfa(s), p.sfa + (row_tile_a * p.sf_k_atoms + atom) * kSfTileBytes, kSfTileBytes,
-                &smem.full[s]);
-      for (int r = 0; Config::kPackedB && r < b_row_tiles; ++r) {
-        bulk_load(smem.sfb(s) + r * kSfTileBytes, p.sfb + ((row_tile_b + r) * p.sf_k_atoms + atom) * kSfTileBytes,
+      for (int r = 0; r < sa.tiles; ++r) {
+        bulk_load(smem.sfa(s) + r * kSfTileBytes, p.sfa + ((sa.first_tile + r) * p.sf_k_atoms + atom) * kSfTileBytes,
+                  kSfTileBytes, &smem.full[s]);
+      }
+      for (int r = 0; Config::kPackedB && r < sb.tiles; ++r) {
+        bulk_load(smem.sfb(s) + r * kSfTileBytes, p.sfb + ((sb.first_tile + r) * p.sf_k_atoms + atom) * kSfTileBytes,
                   kSfTileBytes, &smem.full[s]);
       }
     }
-    u += seg.k_end - seg.k_begin;
   }
 }
 
@@ -468,15 +479,19 @@ __device__ __forceinline__ void produce(const SharedStorage<Config>& smem, const
 // warpgroups retired their last wgmma; the ring is not, the producer may be filling it with the
 // next tile): one warpgroup's 64 rows at a time land as float2 rows, then every consumer thread
 // walks them as column pairs in row order, so the epilogue is one short loop (not an unrolled copy
-// per fragment register, which thrashed the instruction cache) and the stores are coalesced.
+// per fragment register, which thrashed the instruction cache) and the stores are coalesced. Only
+// the tile's rows that its group owns are written (rows below m_end; contiguous groups: rows with
+// the group's id).
 template <class Config>
 __device__ __forceinline__ void store_tile(const SharedStorage<Config>& smem, const EngineParams& p,
-                                           const float (&acc)[Config::kBlockN / 2], int64_t m0, int64_t n0,
+                                           const float (&acc)[Config::kBlockN / 2], const WorkTile& t,
                                            int consumer) {
   float* staging = smem.staging();
   const int warpgroup = consumer / 128, warp_row = ((consumer % 128) / 32) * 16, lane = consumer % 32;
   const GemmEpilogue& e = p.epilogue;
-  const float alpha = epilogue_alpha(e, 0);
+  const GroupRows& groups = p.schedule.groups;
+  const float alpha = epilogue_alpha(e, t.group);
+  const int64_t m_end = t.m_end < p.m ? t.m_end : p.m;
   // Plain scaling (the common case) skips the per-element bias, residual and activation tests.
   const bool plain = e.bias == nullptr && e.residual == nullptr && e.activation == Activation::None;
   constexpr int kPairsPerRow = Config::kBlockN / 2;
@@ -494,15 +509,18 @@ __device__ __forceinline__ void store_tile(const SharedStorage<Config>& smem, co
 #pragma unroll 2
     for (int pair = consumer; pair < 64 * kPairsPerRow; pair += Config::kConsumerThreads) {
       const int row = pair / kPairsPerRow, col = 2 * (pair % kPairsPerRow);
-      const int64_t m = m0 + 64 * half + row, n = n0 + col;
-      if (m >= p.m || n >= p.n) continue;
+      const int64_t m = t.m0 + 64 * half + row, n = t.n0 + col;
+      if (m >= m_end || n >= p.n) continue;
+      if constexpr (Config::kGrouping == Grouping::Contiguous) {
+        if (!groups.owns(t.group, m)) continue;
+      }
       const float2 v = *reinterpret_cast<const float2*>(staging + row * Config::kStagingStride + col);
       if (plain) {
         store_pair(e, m, n, p.n, v.x * alpha, v.y * alpha);
         continue;
       }
-      const float y0 = epilogue_value(e, v.x, alpha, m, n, p.n, 0);
-      const float y1 = n + 1 < p.n ? epilogue_value(e, v.y, alpha, m, n + 1, p.n, 0) : 0.0f;
+      const float y0 = epilogue_value(e, v.x, alpha, m, n, p.n, t.group);
+      const float y1 = n + 1 < p.n ? epilogue_value(e, v.y, alpha, m, n + 1, p.n, t.group) : 0.0f;
       store_pair(e, m, n, p.n, y0, y1);
     }
   }
@@ -540,38 +558,39 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
   const int lane = consumer % 32;
   const int b_row = consumer / Config::kThreadsPerRowB;
   const int b_sub = consumer % Config::kThreadsPerRowB;
+  const int64_t nkb = p.nkb;
   float acc[Config::kBlockN / 2];
   uint32_t frag[2][4][4];
 
   // Waits for K tile kt (ring position it), decodes it (A into registers, B into its bf16 tile),
   // frees its stage, and meets the other consumer warpgroup so the whole bf16 tile is written
-  // before any wgmma.
+  // before any wgmma. sf_a / sf_b: the tile's first row in the stage's scale atoms.
   //
   // With a bf16 B from TMA, only A is decoded; the stage is freed once the wgmma reading its B tile
   // retired, and the warpgroups need not meet.
-  const auto stage_in = [&](int64_t kt, int64_t it, uint32_t(&f)[4][4]) {
+  const auto stage_in = [&](int64_t kt, int64_t it, int sf_a, int sf_b, uint32_t(&f)[4][4]) {
     const int s = int(it % Config::kStages);
     mbar_wait(&smem.full[s], uint32_t((it / Config::kStages) & 1));
-    const TileBlocks blocks = tile_blocks<Config>(kt, p.nkb);
+    const TileBlocks blocks = tile_blocks<Config>(kt, nkb);
     if constexpr (Config::kPackedB) {
-      convert_b_row<Config>(smem.b(s), smem.sfb(s), smem.bf16_tile(it), b_row, b_sub, blocks);
-      load_a_fragments<Config>(smem.a(s), smem.sfa(s), warp_row, lane, blocks, f);
+      convert_b_row<Config>(smem.b(s), smem.sfb(s), sf_b, smem.bf16_tile(it), b_row, b_sub, blocks);
+      load_a_fragments<Config>(smem.a(s), smem.sfa(s), sf_a, warp_row, lane, blocks, f);
       __syncwarp();
       if (lane == 0) mbar_arrive(&smem.empty[s]);
       fence_async_shared();
       named_barrier_sync(1, Config::kConsumerThreads);
     } else {
-      load_a_fragments<Config>(smem.a(s), smem.sfa(s), warp_row, lane, blocks, f);
+      load_a_fragments<Config>(smem.a(s), smem.sfa(s), sf_a, warp_row, lane, blocks, f);
     }
   };
   const auto b_tile = [&](int64_t it) -> const uint8_t* {
     return Config::kPackedB ? smem.bf16_tile(it) : smem.b(int(it % Config::kStages));
   };
 
-  const int64_t begin = first_unit(blockIdx.x, p), end = first_unit(blockIdx.x + 1, p);
+  EngineScheduler<Config> scheduler(p.schedule);
   int64_t it = 0;
-  for (int64_t u = begin; u < end;) {
-    const Segment seg = segment_at(u, end, p);
+  for (WorkTile t; scheduler.next(t);) {
+    const int sf_a = a_scale_rows<Config>(t, p).row0, sf_b = b_scale_rows<Config>(t, p).row0;
 #pragma unroll
     for (int i = 0; i < Config::kBlockN / 2; ++i) acc[i] = 0.0f;
     // wgmma(kt) runs while tile kt + 1 is decoded. It is retired (wait 0) before wgmma(kt + 1) is
@@ -580,10 +599,10 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
     // kt - 2: the other warpgroup retired wgmma(kt - 2) before it reached the barrier of tile kt,
     // which this thread has passed. (With two tiles, wgmma(kt - 1) of the other warpgroup may
     // still be reading.)
-    stage_in(seg.k_begin, it, frag[0]);
-    for (int64_t kt = seg.k_begin; kt < seg.k_end; ++kt, ++it) {
+    stage_in(t.k_begin, it, sf_a, sf_b, frag[0]);
+    for (int64_t kt = t.k_begin; kt < t.k_end; ++kt, ++it) {
       issue_tile<Config>(frag[0], b_tile(it), acc);
-      if (kt + 1 < seg.k_end) stage_in(kt + 1, it + 1, frag[1]);
+      if (kt + 1 < t.k_end) stage_in(kt + 1, it + 1, sf_a, sf_b, frag[1]);
       wgmma_wait<0>();
       for (auto& f : frag[0]) pin_registers(f);  // alive until retired: tile kt + 1 cannot reuse them
       if constexpr (!Config::kPackedB) {
@@ -597,18 +616,17 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
       }
     }
     pin_registers(acc);
-    u += seg.k_end - seg.k_begin;
 
-    if (seg.k_begin > 0) {  // a later piece of a tile another CTA owns
-      publish_partial<Config>(p, acc, consumer);
-      continue;
+    if constexpr (Config::kGrouping == Grouping::Dense) {
+      if (t.k_begin > 0) {  // a later piece of a tile another CTA owns
+        publish_partial<Config>(p, acc, consumer);
+        continue;
+      }
+      if (t.k_end < p.schedule.k_tiles) {
+        gather_partials<Config>(p, acc, blockIdx.x + 1, scheduler.last_contributor(t), consumer);
+      }
     }
-    if (seg.k_end < p.k_tiles) {
-      const int64_t tile_end = (seg.tile + 1) * p.k_tiles;
-      gather_partials<Config>(p, acc, blockIdx.x + 1, cta_of_unit(tile_end - 1, p), consumer);
-    }
-    const int64_t m0 = (seg.tile % p.tiles_m) * Config::kBlockM, n0 = (seg.tile / p.tiles_m) * Config::kBlockN;
-    store_tile<Config>(smem, p, acc, m0, n0, consumer);
+    store_tile<Config>(smem, p, acc, t, consumer);
   }
 }
 
@@ -629,7 +647,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     mbar_init_fence();
   }
   __syncthreads();
-  griddep_wait();
+  griddep_wait();  // the group spans (contiguous) and the operands may come from the previous kernel
   griddep_launch_dependents();
 
   if (threadIdx.x < 128) {

@@ -1,0 +1,109 @@
+// The Hopper engine's tile scheduler: which work each persistent CTA takes, as a sequence of
+// WorkTiles (group, row tile, column tile, K range). The producer and the consumers of a CTA run
+// the same scheduler and see the same sequence. One type per Grouping (problem.h), as DeepGEMM's
+// Scheduler<kGemmType>:
+//
+//   Dense       units are (output tile, K tile) pairs, tile-major. CTA c of G takes the contiguous
+//               units [c U / G, (c + 1) U / G). With G = tiles that is one whole tile per CTA (data
+//               parallel); with G = the SM count it is stream-K: no wave is left part-empty, and a
+//               tile may be split between neighbouring CTAs. Then the CTA holding the tile's first K
+//               tiles (its last piece of work) owns the tile: the others, for which the tile is
+//               their first piece, leave float partials and raise a flag; the owner adds them in CTA
+//               order (a fixed order: results are bitwise reproducible) and runs the epilogue.
+//               Owners wait only for pieces that were their contributors' first work, so no wait
+//               chains form.
+//   Batched,    whole tiles, persistent: CTA c takes units c, c + G, c + 2G, ... of the groups'
+//   Masked,     tiles laid end to end (group by group; inside a group row tile by row tile, the
+//   Contiguous  column tiles of one row tile adjacent, so a wave shares A's row tiles and each
+//               group's weight in L2). Each group's rows come from the device (grouping.cuh: the
+//               masked counts, the contiguous spans), so the tile count is known only there; a
+//               group without rows has no tiles and costs one read of its span.
+#pragma once
+
+#include <cstdint>
+
+#include "csrc/gemm/grouping.cuh"
+#include "csrc/gemm/problem.h"
+
+namespace fp4_gemm::sm90 {
+
+// What the scheduler needs (part of the kernel's parameters; plain values, captured by CUDA graphs).
+struct ScheduleParams {
+  int64_t k_tiles;   // K tiles of every output tile
+  int64_t n_tiles;   // column tiles of one group's output
+  int64_t m_tiles;   // Dense: row tiles
+  int64_t units;     // Dense: output tiles x k_tiles, the work the CTAs share
+  GroupRows groups;  // grouped: each group's rows
+};
+
+struct WorkTile {
+  int64_t group;   // weight matrix
+  int64_t m0;      // first row of A (all groups' rows) in the tile
+  int64_t m_end;   // the group's rows end here: rows >= m_end of the tile are not its own
+  int64_t n0;      // first column of the group's output (= row of its weight matrix)
+  int64_t tile;    // Dense: the output tile (stream-K bookkeeping)
+  int64_t k_begin, k_end;  // K tiles of this piece
+};
+
+template <Grouping kGrouping, int kBlockM, int kBlockN>
+struct Scheduler {
+  static_assert(kGrouping != Grouping::Dense, "Dense has its own specialization");
+  const ScheduleParams& p;
+  GroupCursor cursor;
+  int64_t unit;
+
+  __device__ explicit Scheduler(const ScheduleParams& params) : p(params), unit(blockIdx.x) {}
+
+  __device__ __forceinline__ bool next(WorkTile& t) {
+    const int64_t n_tiles = p.n_tiles;
+    const GroupRows& groups = p.groups;
+    const auto span_of = [&groups](int64_t g) { return groups.span<kGrouping>(g); };
+    const auto units = [n_tiles](const GroupSpan& span) { return (span.rows + kBlockM - 1) / kBlockM * n_tiles; };
+    if (!cursor.seek(groups.groups, unit, span_of, units)) return false;
+    // 32-bit division (a 64-bit one is a call the producer's 40 registers cannot hold): a group has
+    // fewer than 2^31 tiles (the backend's supports()).
+    const uint32_t local = uint32_t(unit - cursor.base), row_tile = local / uint32_t(n_tiles);
+    t.group = cursor.group;
+    t.m0 = cursor.span.first + int64_t(row_tile) * kBlockM;
+    t.m_end = cursor.span.first + cursor.span.rows;
+    t.n0 = int64_t(local - row_tile * uint32_t(n_tiles)) * kBlockN;
+    t.tile = -1;
+    t.k_begin = 0;
+    t.k_end = p.k_tiles;
+    unit += gridDim.x;
+    return true;
+  }
+};
+
+template <int kBlockM, int kBlockN>
+struct Scheduler<Grouping::Dense, kBlockM, kBlockN> {
+  const ScheduleParams& p;
+  int64_t unit, end;
+
+  __device__ explicit Scheduler(const ScheduleParams& params)
+      : p(params), unit(first_unit(blockIdx.x)), end(first_unit(blockIdx.x + 1)) {}
+
+  __device__ __forceinline__ int64_t first_unit(int64_t cta) const { return cta * p.units / int64_t(gridDim.x); }
+
+  __device__ __forceinline__ bool next(WorkTile& t) {
+    if (unit >= end) return false;
+    t.tile = unit / p.k_tiles;
+    t.k_begin = unit % p.k_tiles;
+    t.k_end = end - unit < p.k_tiles - t.k_begin ? t.k_begin + (end - unit) : p.k_tiles;
+    t.group = 0;
+    t.m0 = (t.tile % p.m_tiles) * kBlockM;
+    t.m_end = p.groups.m;
+    t.n0 = (t.tile / p.m_tiles) * kBlockN;
+    unit += t.k_end - t.k_begin;
+    return true;
+  }
+
+  // The CTA holding the tile's last K tiles: the owner gathers the partials of the CTAs after it up
+  // to this one.
+  __device__ __forceinline__ int64_t last_contributor(const WorkTile& t) const {
+    const int64_t last_unit = (t.tile + 1) * p.k_tiles - 1;
+    return ((last_unit + 1) * int64_t(gridDim.x) - 1) / p.units;
+  }
+};
+
+}  // namespace fp4_gemm::sm90
