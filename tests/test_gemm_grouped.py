@@ -349,7 +349,7 @@ def assert_moe_layer_within_the_bound(ref, layer: MoeLayer, r: dict[str, torch.T
 
 @requires_sm90
 def test_moe_layer_replays_in_a_graph_with_changing_routing(fp4, ref):
-    tokens, experts, topk, hidden, inter, max_tokens = 96, 8, 2, 512, 256, 64
+    tokens, experts, topk, hidden, inter, max_tokens = 192, 8, 2, 512, 256, 128
     layer = MoeLayer(fp4, ref, experts, hidden, inter, max_tokens)
     x, x_scales = fp4.group_wise_quant(random_bf16(tokens, hidden, 17), "w8a8-mxfp8", use_swizzle=False)
     topk_ids = routing(tokens, experts, topk, 1)
@@ -362,7 +362,7 @@ def test_moe_layer_replays_in_a_graph_with_changing_routing(fp4, ref):
     for seed in (2, 3):  # new routings, one with an expert past max_tokens (clamped)
         new_ids = routing(tokens, experts, topk, seed)
         if seed == 3:
-            new_ids[:80, 0] = 5
+            new_ids[:160, 0] = 5
         topk_ids.copy_(new_ids)
         graph.replay()
         torch.cuda.synchronize()

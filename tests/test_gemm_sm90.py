@@ -238,3 +238,55 @@ def test_weights_dequantized_once_to_bf16_are_within_the_bound(fp4, ref, mode, s
     out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
     fp4.dense_gemm(a, b, sfa, sfb, out, alpha=torch.full((1,), 0.5, device="cuda"), mode=mode)
     assert_within_bound(out, 0.5 * (a_dq @ b_dq.T), 0.5 * a_dq, b_dq, f"{mode} {shape}")
+
+
+# ---- bf16 operands: W4A16 (bf16 activations, 4-bit weights) and the plain bf16 GEMM ---------------
+
+
+def gemm_op(fp4, a, b, sfb, a_format: str, b_format: str, out, alpha: float = 1.0) -> None:
+    """The `gemm` op with a bf16 A (no sfa) and a plain bf16 epilogue."""
+    no_sfa = torch.empty(0, dtype=torch.uint8, device=a.device)
+    fp4.ops.gemm(
+        a, b, no_sfa, sfb, a_format, b_format, False, "dense", None, 0, None, alpha, None, None, "none", out, None,
+        "bf16", "auto", -1, -1, 0, 0, None, False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("b_format", ["nvfp4", "mxfp4", "bf16"])
+def test_engine_serves_bf16_activations_with_4_bit_or_bf16_weights(fp4, b_format):
+    assert backend(fp4, "bf16", b_format, m=256, n=4096, k=4096) == "sm90_engine"
+
+
+def test_engine_leaves_bf16_activations_with_8_bit_weights_to_other_backends(fp4):
+    assert backend(fp4, "bf16", "mxfp8") != "sm90_engine"
+
+
+@requires_sm90
+@pytest.mark.parametrize("b_format", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize(
+    "shape", [(64, 256, 512), (300, 520, 1024), (3100, 264, 256)], ids=lambda s: "x".join(map(str, s))
+)
+def test_bf16_activations_with_4_bit_weights_are_within_the_bound(fp4, ref, b_format, shape):
+    # from 24 row tiles of A on (m = 3100), B is dequantized once and both operands feed wgmma from
+    # shared memory
+    m, n, k = shape
+    a = random_bf16(m, k, 21)
+    mode = {"nvfp4": "w4a4-nvfp4", "mxfp4": "w4a4-mxfp4"}[b_format]
+    b, sfb = fp4.group_wise_quant(random_bf16(n, k, 22, scale=0.05), mode)
+    b_dq = ref.dequantize(b, sfb, ref.FORMATS[b_format]).double()
+    assert backend(fp4, "bf16", b_format, m=m, n=n, k=k) == "sm90_engine"
+    out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
+    gemm_op(fp4, a, b, sfb, "bf16", b_format, out, alpha=0.5)
+    assert_within_bound(out, 0.5 * (a.double() @ b_dq.T), 0.5 * a.double(), b_dq, f"w4a16 {b_format} {shape}")
+
+
+@requires_sm90
+@pytest.mark.parametrize(
+    "shape", [(128, 128, 64), (300, 520, 1000), (2048, 1024, 4096)], ids=lambda s: "x".join(map(str, s))
+)
+def test_bf16_gemm_is_within_the_bound(fp4, ref, shape):
+    m, n, k = shape
+    a, b = random_bf16(m, k, 23), random_bf16(n, k, 24, scale=0.05)
+    out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
+    gemm_op(fp4, a, b, torch.empty(0, dtype=torch.uint8, device="cuda"), "bf16", "bf16", out, alpha=2.0)
+    assert_within_bound(out, 2.0 * (a.double() @ b.double().T), 2.0 * a.double(), b.double(), f"bf16 {shape}")

@@ -522,6 +522,14 @@ def gemm_epilogue(
     return ACTIVATIONS[activation](y)
 
 
+def operand_values(values: torch.Tensor, scales: torch.Tensor, fmt: str) -> torch.Tensor:
+    """Float32 [rows, K] of a GEMM operand: block-scaled values dequantized exactly, or a plain bf16
+    operand ("bf16": the W4A16 tier's activations; its scales are ignored) as it is."""
+    if fmt == "bf16":
+        return values.reshape(-1, values.shape[-1]).float()
+    return dequantize(values, scales, FORMATS[fmt])
+
+
 def gemm_into(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -555,8 +563,8 @@ def gemm_into(
     b_values = b.reshape(-1, b.shape[-1])
     if b_interleaved:
         b_values = deinterleave_rows(b_values)
-    a_dq = a.reshape(-1, a.shape[-1]).float() if a_format == "bf16" else dequantize(a, sfa, FORMATS[a_format])
-    b_dq = dequantize(b_values, sfb, FORMATS[b_format])
+    a_dq = operand_values(a, sfa, a_format)
+    b_dq = operand_values(b_values, sfb, b_format)
     group, owned = row_groups(grouping, a_dq.shape[0], groups, group_index, group_rows, a.device)
     acc = gemm_accumulate(a_dq, b_dq, group, groups)
     y = gemm_epilogue(acc, group, alpha, alpha_scale, bias, residual, activation).float()

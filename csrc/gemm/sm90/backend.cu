@@ -15,10 +15,14 @@
 namespace fp4_gemm::sm90 {
 namespace {
 
-// Operand pairs the engine decodes: the three symmetric modes, and E0M3 weights under NVFP4 or
-// E0M3 activations.
+// Operand pairs the engine decodes: the three symmetric modes, E0M3 weights under NVFP4 or E0M3
+// activations, and bf16 activations (W4A16) with NVFP4 or MXFP4 weights; bf16 x bf16 is the plain
+// bf16 GEMM underneath (dense only).
+bool four_bit_weights(OperandFormat b) { return b == OperandFormat::Nvfp4 || b == OperandFormat::Mxfp4; }
+
 bool operand_pair_supported(OperandFormat a, OperandFormat b) {
   if (a == b) return true;
+  if (a == OperandFormat::Bf16) return four_bit_weights(b);
   return a == OperandFormat::Nvfp4 && b == OperandFormat::E0m3;
 }
 
@@ -30,7 +34,9 @@ int64_t row_bytes(OperandFormat format, int64_t k) { return k * element_bits(for
 bool grouping_supported(const GemmProblem& p) {
   const GemmEpilogue& e = p.epilogue;
   if (p.grouping == Grouping::Dense) return p.groups == 1 && !e.bias_per_group && e.alpha_count <= 1;
-  if (p.a.format != p.b.format || p.a.format == OperandFormat::E0m3 || p.groups < 1) return false;
+  const bool w4a16 = p.a.format == OperandFormat::Bf16 && four_bit_weights(p.b.format);
+  const bool symmetric = p.a.format == p.b.format && p.a.format != OperandFormat::E0m3 && p.a.format != OperandFormat::Bf16;
+  if (!(w4a16 || symmetric) || p.groups < 1) return false;
   if (e.alpha_count > 1 && e.alpha_count != p.groups) return false;
   if (p.groups * p.n > INT32_MAX) return false;  // TMA row coordinates of B
   // The scheduler's 32-bit tile index inside a group (a contiguous span is at most all m rows).
@@ -60,7 +66,10 @@ bool supports(const GemmProblem& p) {
   // TMA: 16-byte aligned bases and row pitches; bulk scale copies: 16-byte aligned buffers.
   if (row_bytes(p.a.format, p.k) % 16 != 0 || row_bytes(p.b.format, p.k) % 16 != 0) return false;
   if (!is_aligned(p.a.values, 16) || !is_aligned(p.b.values, 16)) return false;
-  if (!is_aligned(p.a.scales, 16) || !is_aligned(p.b.scales, 16)) return false;
+  if ((block_scaled(p.a.format) && !is_aligned(p.a.scales, 16)) ||
+      (block_scaled(p.b.format) && !is_aligned(p.b.scales, 16))) {
+    return false;
+  }
   // Paired stores and loads.
   const size_t pair_bytes = e.out_format == OutFormat::Fp32 ? 8 : 4;
   return is_aligned(e.out, pair_bytes) && (e.residual == nullptr || is_aligned(e.residual, pair_bytes));
@@ -129,6 +138,7 @@ constexpr int64_t kBf16BMinRowTiles = 24;
 constexpr int64_t kBf16BMaxBytes = int64_t(1) << 30;
 
 bool bf16_b(const GemmProblem& p) {
+  if (p.b.format == OperandFormat::Bf16) return false;  // already bf16: read as it is
   return p.grouping == Grouping::Dense && tile_width(p) == 256 && ceil_div(p.m, 128) >= kBf16BMinRowTiles && p.n * p.k * 2 <= kBf16BMaxBytes;
 }
 
@@ -222,20 +232,25 @@ void launch(const GemmProblem& p, const Scratch& layout, cudaStream_t stream) {
     configured[device] = true;
   }
   const int64_t b_rows = p.groups * p.n;
-  const CUtensorMap map_a = byte_matrix_map(p.a.values, p.m, row_bytes(Config::kFormatA, p.k), Config::kRowBytesA,
-                                            Config::kBlockM);
+  // Packed operands are byte matrices read as stored; bf16 ones come in the 128-byte swizzle.
+  const CUtensorMap map_a =
+      Config::kBf16A ? byte_matrix_map(p.a.values, p.m, row_bytes(Config::kFormatA, p.k), Config::kRowBytesA,
+                                       Config::kBlockM, /*swizzle_128b=*/true)
+                     : byte_matrix_map(p.a.values, p.m, row_bytes(Config::kFormatA, p.k), Config::kRowBytesA,
+                                       Config::kBlockM);
+  const void* b_bf16 = !Config::kPackedB && Config::kFormatB != OperandFormat::Bf16 ? dequantize_b(p, layout, stream)
+                                                                                    : p.b.values;
   const CUtensorMap map_b =
       Config::kPackedB
           ? byte_matrix_map(p.b.values, b_rows, row_bytes(Config::kFormatB, p.k), Config::kRowBytesB, Config::kBlockN)
-          : byte_matrix_map(dequantize_b(p, layout, stream), p.n, p.k * 2, Config::kBlockK * 2, Config::kBlockN,
-                            /*swizzle_128b=*/true);
+          : byte_matrix_map(b_bf16, p.n, p.k * 2, Config::kBlockK * 2, Config::kBlockN, /*swizzle_128b=*/true);
   EngineParams params;
   params.m = p.m;
   params.n = p.n;
   params.k = p.k;
   params.sfa = p.a.scales;
   params.sfb = p.b.scales;
-  params.nkb = p.k / block_size(Config::kFormatA);
+  params.nkb = p.k / Config::kBlockSize;
   params.sf_k_atoms = sf_k_tiles(params.nkb);
   params.sf_row_tiles_a = ceil_div(p.m, kSfTileRows);
   params.sf_row_tiles_b = ceil_div(b_rows, kSfTileRows);
@@ -262,24 +277,25 @@ void launch(const GemmProblem& p, const Scratch& layout, cudaStream_t stream) {
 
 template <OperandFormat kA, OperandFormat kB>
 void run_dense(const GemmProblem& p, const Scratch& layout, cudaStream_t stream) {
-  if (bf16_b(p)) {
-    launch<EngineConfig<kA, kB, 256, BSource::Bf16>>(p, layout, stream);
-  } else if (tile_width(p) == 256) {
-    launch<EngineConfig<kA, kB, 256>>(p, layout, stream);
+  if constexpr (kB == OperandFormat::Bf16) {
+    if (tile_width(p) == 256) return launch<EngineConfig<kA, kB, 256, BSource::Bf16>>(p, layout, stream);
+    return launch<EngineConfig<kA, kB, 128, BSource::Bf16>>(p, layout, stream);
   } else {
-    launch<EngineConfig<kA, kB, 128>>(p, layout, stream);
+    if (bf16_b(p)) return launch<EngineConfig<kA, kB, 256, BSource::Bf16>>(p, layout, stream);
+    if (tile_width(p) == 256) return launch<EngineConfig<kA, kB, 256>>(p, layout, stream);
+    return launch<EngineConfig<kA, kB, 128>>(p, layout, stream);
   }
 }
 
-template <OperandFormat kFormat>
+template <OperandFormat kA, OperandFormat kB>
 void run_grouped(const GemmProblem& p, const Scratch& layout, cudaStream_t stream) {
   switch (p.grouping) {
     case Grouping::Batched:
-      return launch<EngineConfig<kFormat, kFormat, 256, BSource::Packed, Grouping::Batched>>(p, layout, stream);
+      return launch<EngineConfig<kA, kB, 256, BSource::Packed, Grouping::Batched>>(p, layout, stream);
     case Grouping::Masked:
-      return launch<EngineConfig<kFormat, kFormat, 256, BSource::Packed, Grouping::Masked>>(p, layout, stream);
+      return launch<EngineConfig<kA, kB, 256, BSource::Packed, Grouping::Masked>>(p, layout, stream);
     default:
-      return launch<EngineConfig<kFormat, kFormat, 256, BSource::Packed, Grouping::Contiguous>>(p, layout, stream);
+      return launch<EngineConfig<kA, kB, 256, BSource::Packed, Grouping::Contiguous>>(p, layout, stream);
   }
 }
 
@@ -290,14 +306,26 @@ void run_pair(const GemmProblem& p, cudaStream_t stream) {
   if (layout.bytes > 0 && (p.scratch == nullptr || p.scratch_bytes < layout.bytes)) {
     throw std::runtime_error("fp4_gemm sm90: the GEMM needs " + std::to_string(layout.bytes) + " bytes of scratch");
   }
-  if constexpr (kA == kB && kA != OperandFormat::E0m3) {
-    if (p.grouping != Grouping::Dense) return run_grouped<kA>(p, layout, stream);
+  constexpr bool kGroupedPair = (kA == kB && kA != OperandFormat::E0m3 && kA != OperandFormat::Bf16) ||
+                                (kA == OperandFormat::Bf16 && kB != OperandFormat::Bf16);
+  if constexpr (kGroupedPair) {
+    if (p.grouping != Grouping::Dense) return run_grouped<kA, kB>(p, layout, stream);
   }
   run_dense<kA, kB>(p, layout, stream);
 }
 
 void run(const GemmProblem& p, cudaStream_t stream) {
   using F = OperandFormat;
+  if (p.a.format == F::Bf16) {
+    switch (p.b.format) {
+      case F::Nvfp4:
+        return run_pair<F::Bf16, F::Nvfp4>(p, stream);
+      case F::Mxfp4:
+        return run_pair<F::Bf16, F::Mxfp4>(p, stream);
+      default:
+        return run_pair<F::Bf16, F::Bf16>(p, stream);
+    }
+  }
   switch (p.b.format) {
     case F::Mxfp8:
       return run_pair<F::Mxfp8, F::Mxfp8>(p, stream);

@@ -65,7 +65,17 @@ struct EngineConfig {
   static constexpr BSource kBSource = kBSource_;
   static constexpr Grouping kGrouping = kGrouping_;
   static_assert(kGrouping == Grouping::Dense || kBSource == BSource::Packed, "a bf16 B is one dense weight");
+  static_assert(kB != OperandFormat::Bf16 || kBSource == BSource::Bf16, "bf16 weights are read as they are");
   static constexpr bool kPackedB = kBSource_ == BSource::Packed;
+  // A bf16 A (the W4A16 tier, OperandFormat::Bf16) comes by TMA in the 128-byte swizzle, unscaled:
+  // with a packed B the consumers gather its fragments from shared memory; with a bf16 B both go to
+  // wgmma from shared memory (kSharedA), a plain bf16 GEMM (the engine's ceiling).
+  static constexpr bool kBf16A = kA == OperandFormat::Bf16;
+  static constexpr bool kSharedA = kBf16A && !kPackedB;
+  // Elements per scale block of the scaled operands (a bf16 operand has none).
+  static constexpr int kBlockSize = block_size(kBf16A ? kB : kA) > 0 ? block_size(kBf16A ? kB : kA) : 32;
+  static_assert(kBf16A || kB == OperandFormat::Bf16 || !kPackedB || block_size(kA) == block_size(kB),
+                "one scale block size");
   static constexpr int kBlockM = 128;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kBlockK = 64;  // one 128-byte bf16 row of the swizzled B tile
@@ -79,15 +89,17 @@ struct EngineConfig {
   // The SfAtom columns holding this K tile: A's 128 rows and B's kBlockN rows start on a 128-row
   // atom in a dense problem; a group's rows may start anywhere in one (its first row, g * N), so a
   // grouped tile reads one atom more of each.
-  static constexpr int kScaleTilesA = kGrouping == Grouping::Dense ? 1 : 2;
+  static constexpr int kScaleTilesA = kBf16A ? 0 : kGrouping == Grouping::Dense ? 1 : 2;
   static constexpr int kScaleTilesB = kBlockN / kSfTileRows + (kGrouping == Grouping::Dense ? 0 : 1);
   static constexpr int kScaleBytesA = kSfTileBytes * kScaleTilesA;
   static constexpr int kScaleBytesB = kSfTileBytes * kScaleTilesB;
   static constexpr int kBf16TileBytes = kBlockN * kBlockK * 2;
   // A stage: packed A, packed B and both scale columns; or, with a bf16 B, B's swizzled tile first
   // (1024-byte aligned for wgmma), then packed A and its scales.
-  static constexpr int kStageBytes = kPackedB ? kTileBytesA + kTileBytesB + kScaleBytesA + kScaleBytesB
-                                              : round_up(kBf16TileBytes + kTileBytesA + kScaleBytesA, 1024);
+  // A bf16 A leads a packed stage, so its swizzled tile needs 1024-byte aligned stages.
+  static constexpr int kStageBytes =
+      kPackedB ? round_up(kTileBytesA + kTileBytesB + kScaleBytesA + kScaleBytesB, kBf16A ? 1024 : 16)
+               : round_up(kBf16TileBytes + kTileBytesA + kScaleBytesA, 1024);
   // Float accumulators of one warpgroup staged for the epilogue; a row stride of 8 (mod 32) words
   // makes a warp's fragment stores conflict-free.
   static constexpr int kStagingStride = kBlockN + 8;
@@ -117,6 +129,8 @@ struct EngineConfig {
   // in 2^53 .. 2^75), so both stay exact, with one multiply per B pair fewer. UE8M0 scales span
   // 2^-127 .. 2^127, which leaves no such headroom: MX operands keep both multiplies.
   static constexpr bool kPrescaled = kPackedB && kA == OperandFormat::Nvfp4 && kB == OperandFormat::Nvfp4;
+  static_assert(!kBf16A || kB == OperandFormat::Bf16 || kB == OperandFormat::Nvfp4 || kB == OperandFormat::Mxfp4,
+                "bf16 activations pair with 4-bit weights (the fragment order of a packed B) or bf16 weights");
 
   // The CTA's 384 x 168 registers, shifted to the consumers (setmaxnreg). A grouped producer walks
   // the groups and addresses up to five scale atoms per stage: it gets 16 more.
@@ -184,7 +198,7 @@ struct TileBlocks {
 
 template <class Config>
 __device__ __forceinline__ TileBlocks tile_blocks(int64_t kt, int64_t nkb) {
-  constexpr int kBlocks = Config::kBlockK / block_size(Config::kFormatA);
+  constexpr int kBlocks = Config::kBlockK / Config::kBlockSize;
   const int64_t first = kt * kBlocks;
   return {int(first % kSfTileCols), int(nkb - first < kBlocks ? nkb - first : kBlocks)};
 }
@@ -253,6 +267,25 @@ __device__ __forceinline__ void load_a_row_natural(const uint8_t* tile, const ui
   }
 }
 
+// The byte offset of 16-byte chunk c of row r in a tile of 128-byte rows in the 128-byte swizzle
+// (what TMA writes and wgmma reads): 8-row atoms of 1024 bytes, chunks XOR-ed by the row in the atom.
+__device__ __forceinline__ int sw128_offset(int r, int c) { return (r / 8) * 1024 + (r % 8) * 128 + ((c ^ (r % 8)) * 16); }
+
+// This thread's 16 elements of a bf16 A row (elements 16q .. 16q + 15 of the K tile, chunks 2q and
+// 2q + 1 of the swizzled row) as the eight pairs of a packed B's K order: pair P holds elements
+// 8 (P / 4) + P % 4 and that + 4, the same half of two words (one byte permute each).
+template <class Config>
+__device__ __forceinline__ void load_a_row_bf16(const uint8_t* tile, int row, int q, uint32_t (&pairs)[8]) {
+  const uint4 lo = *reinterpret_cast<const uint4*>(tile + sw128_offset(row, 2 * q));
+  const uint4 hi = *reinterpret_cast<const uint4*>(tile + sw128_offset(row, 2 * q + 1));
+  const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};  // w[j]: elements 2j, 2j + 1
+#pragma unroll
+  for (int pair = 0; pair < 8; ++pair) {
+    const int first = 8 * (pair / 4) + pair % 4;
+    pairs[pair] = __byte_perm(w[first / 2], w[(first + 4) / 2], pair % 2 ? 0x7632 : 0x5410);
+  }
+}
+
 // The A fragments of one K tile: k-step s takes pairs 2s (slots 2q, 2q + 1) and 2s + 1 (slots
 // 2q + 8, 2q + 9) of rows g and g + 8; the pairs come in the permuted K order of a packed B
 // (load_a_row) or in wgmma's own order for a bf16 B (load_a_row_natural).
@@ -263,7 +296,10 @@ __device__ __forceinline__ void load_a_fragments(const uint8_t* tile, const uint
   const int q = lane % 4;
   const int row0 = warp_row + lane / 4;
   uint32_t top[8], bottom[8];
-  if constexpr (Config::kPackedB) {
+  if constexpr (Config::kBf16A) {
+    load_a_row_bf16<Config>(tile, row0, q, top);
+    load_a_row_bf16<Config>(tile, row0 + 8, q, bottom);
+  } else if constexpr (Config::kPackedB) {
     load_a_row<Config>(tile, scales, row0, sf_row0, q, blocks, top);
     load_a_row<Config>(tile, scales, row0 + 8, sf_row0, q, blocks, bottom);
   } else {
@@ -342,16 +378,41 @@ struct Wgmma;
 template <>
 struct Wgmma<128> {
   using Op = cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
+  using OpShared = cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
 };
 template <>
 struct Wgmma<256> {
   using Op = cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
+  using OpShared = cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
 };
 
 template <int kBlockN, size_t... I>
 __device__ __forceinline__ void wgmma_rs(const uint32_t (&a)[4], uint64_t desc_b, float (&acc)[kBlockN / 2],
                                          std::index_sequence<I...>) {
   Wgmma<kBlockN>::Op::fma(a[0], a[1], a[2], a[3], desc_b, acc[I]..., cute::SM90::GMMA::ScaleOut::One);
+}
+
+template <int kBlockN, size_t... I>
+__device__ __forceinline__ void wgmma_ss(uint64_t desc_a, uint64_t desc_b, float (&acc)[kBlockN / 2],
+                                         std::index_sequence<I...>) {
+  Wgmma<kBlockN>::OpShared::fma(desc_a, desc_b, acc[I]..., cute::SM90::GMMA::ScaleOut::One);
+}
+
+// Four k16 steps with both operands in shared memory (kSharedA): this warpgroup's 64 rows of the
+// swizzled A tile (8 KiB apart) and the B tile; both descriptors advance 32 bytes per step.
+template <class Config>
+__device__ __forceinline__ void issue_tile_shared(const uint8_t* a_rows, const uint8_t* bf16_tile,
+                                                  float (&acc)[Config::kBlockN / 2]) {
+  const uint64_t desc_a = sw128_descriptor(a_rows), desc_b = sw128_descriptor(bf16_tile);
+  pin_registers(acc);
+  wgmma_fence();
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    wgmma_ss<Config::kBlockN>(desc_a + uint64_t(2 * s), desc_b + uint64_t(2 * s), acc,
+                              std::make_index_sequence<Config::kBlockN / 2>{});
+  }
+  wgmma_commit();
+  pin_registers(acc);
 }
 
 // Four k16 steps over one 64-wide K tile; the descriptor advances 32 bytes (16 elements) per step.
@@ -446,15 +507,15 @@ __device__ __forceinline__ void produce(const SharedStorage<Config>& smem, const
                                         const CUtensorMap* map_b, const EngineParams& p) {
   // The scale column of K tile kt: 16-element blocks fill one SfAtom column per tile, 32-element
   // blocks one per two tiles.
-  constexpr int kTilesPerAtom = kSfTileCols * block_size(Config::kFormatA) / Config::kBlockK;
-  static_assert(block_size(Config::kFormatA) == block_size(Config::kFormatB), "one scale block size");
+  constexpr int kTilesPerAtom = kSfTileCols * Config::kBlockSize / Config::kBlockK;
   EngineScheduler<Config> scheduler(p.schedule);
   int64_t it = 0;  // K tiles streamed so far: the ring position
   for (WorkTile t; scheduler.next(t);) {
     const ScaleRows sa = a_scale_rows<Config>(t, p), sb = b_scale_rows<Config>(t, p);
     const int64_t b_row = t.group * p.n + t.n0;
-    const uint32_t bytes = Config::kPackedB ? Config::kTileBytesA + Config::kTileBytesB + (sa.tiles + sb.tiles) * kSfTileBytes
-                                            : Config::kBf16TileBytes + Config::kTileBytesA + sa.tiles * kSfTileBytes;
+    const int a_atoms = Config::kBf16A ? 0 : sa.tiles;
+    const uint32_t bytes = Config::kPackedB ? Config::kTileBytesA + Config::kTileBytesB + (a_atoms + sb.tiles) * kSfTileBytes
+                                            : Config::kBf16TileBytes + Config::kTileBytesA + a_atoms * kSfTileBytes;
     for (int64_t kt = t.k_begin; kt < t.k_end; ++kt, ++it) {
       const int s = int(it % Config::kStages);
       mbar_wait(&smem.empty[s], uint32_t((it / Config::kStages) & 1) ^ 1);
@@ -463,7 +524,7 @@ __device__ __forceinline__ void produce(const SharedStorage<Config>& smem, const
       const int32_t b_column = int32_t(kt * (Config::kPackedB ? Config::kRowBytesB : Config::kBlockK * 2));
       tma_load_2d(smem.b(s), map_b, &smem.full[s], b_column, int32_t(b_row));
       const int64_t atom = kt / kTilesPerAtom;
-      for (int r = 0; r < sa.tiles; ++r) {
+      for (int r = 0; !Config::kBf16A && r < sa.tiles; ++r) {
         bulk_load(smem.sfa(s) + r * kSfTileBytes, p.sfa + ((sa.first_tile + r) * p.sf_k_atoms + atom) * kSfTileBytes,
                   kSfTileBytes, &smem.full[s]);
       }
@@ -586,6 +647,11 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
   const auto b_tile = [&](int64_t it) -> const uint8_t* {
     return Config::kPackedB ? smem.bf16_tile(it) : smem.b(int(it % Config::kStages));
   };
+  // Frees ring position it once this warp's wgmmas reading it retired (stages read by wgmma).
+  const auto release = [&](int64_t it) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&smem.empty[it % Config::kStages]);
+  };
 
   EngineScheduler<Config> scheduler(p.schedule);
   int64_t it = 0;
@@ -593,26 +659,38 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
     const int sf_a = a_scale_rows<Config>(t, p).row0, sf_b = b_scale_rows<Config>(t, p).row0;
 #pragma unroll
     for (int i = 0; i < Config::kBlockN / 2; ++i) acc[i] = 0.0f;
-    // wgmma(kt) runs while tile kt + 1 is decoded. It is retired (wait 0) before wgmma(kt + 1) is
-    // issued: a wgmma whose inputs are defined while an earlier one is in flight, in the same
-    // pipeline stage, makes ptxas serialize them all. Tile kt + 1 overwrites the bf16 tile of
-    // kt - 2: the other warpgroup retired wgmma(kt - 2) before it reached the barrier of tile kt,
-    // which this thread has passed. (With two tiles, wgmma(kt - 1) of the other warpgroup may
-    // still be reading.)
-    stage_in(t.k_begin, it, sf_a, sf_b, frag[0]);
-    for (int64_t kt = t.k_begin; kt < t.k_end; ++kt, ++it) {
-      issue_tile<Config>(frag[0], b_tile(it), acc);
-      if (kt + 1 < t.k_end) stage_in(kt + 1, it + 1, sf_a, sf_b, frag[1]);
-      wgmma_wait<0>();
-      for (auto& f : frag[0]) pin_registers(f);  // alive until retired: tile kt + 1 cannot reuse them
-      if constexpr (!Config::kPackedB) {
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&smem.empty[it % Config::kStages]);
+    if constexpr (Config::kSharedA) {
+      // Both operands in shared memory: one batch of wgmmas stays in flight while the next is
+      // issued, and a stage is freed once the batch reading it retired.
+      const int64_t a_rows = (consumer / 128) * 64 * Config::kRowBytesA;  // this warpgroup's 64 rows
+      for (int64_t kt = t.k_begin; kt < t.k_end; ++kt, ++it) {
+        const int s = int(it % Config::kStages);
+        mbar_wait(&smem.full[s], uint32_t((it / Config::kStages) & 1));
+        issue_tile_shared<Config>(smem.a(s) + a_rows, smem.b(s), acc);
+        wgmma_wait<1>();
+        if (kt > t.k_begin) release(it - 1);
       }
-      // Hand tile kt + 1's fragments over with moves (no wgmma in flight now) rather than
-      // unrolling the loop twice: one copy of the loop body fits the instruction cache.
-      for (int s = 0; s < 4; ++s) {
-        for (int r = 0; r < 4; ++r) frag[0][s][r] = frag[1][s][r];
+      wgmma_wait<0>();
+      release(it - 1);
+    } else {
+      // wgmma(kt) runs while tile kt + 1 is decoded. It is retired (wait 0) before wgmma(kt + 1) is
+      // issued: a wgmma whose inputs are defined while an earlier one is in flight, in the same
+      // pipeline stage, makes ptxas serialize them all. Tile kt + 1 overwrites the bf16 tile of
+      // kt - 2: the other warpgroup retired wgmma(kt - 2) before it reached the barrier of tile kt,
+      // which this thread has passed. (With two tiles, wgmma(kt - 1) of the other warpgroup may
+      // still be reading.)
+      stage_in(t.k_begin, it, sf_a, sf_b, frag[0]);
+      for (int64_t kt = t.k_begin; kt < t.k_end; ++kt, ++it) {
+        issue_tile<Config>(frag[0], b_tile(it), acc);
+        if (kt + 1 < t.k_end) stage_in(kt + 1, it + 1, sf_a, sf_b, frag[1]);
+        wgmma_wait<0>();
+        for (auto& f : frag[0]) pin_registers(f);  // alive until retired: tile kt + 1 cannot reuse them
+        if constexpr (!Config::kPackedB) release(it);
+        // Hand tile kt + 1's fragments over with moves (no wgmma in flight now) rather than
+        // unrolling the loop twice: one copy of the loop body fits the instruction cache.
+        for (int s = 0; s < 4; ++s) {
+          for (int r = 0; r < 4; ++r) frag[0][s][r] = frag[1][s][r];
+        }
       }
     }
     pin_registers(acc);
