@@ -372,3 +372,27 @@ def test_moe_layer_replays_in_a_graph_with_changing_routing(fp4, ref):
             owned[rows] = True
         assert_bitwise_equal(captured["out"][owned], fresh["out"][owned], f"replay, routing {seed}")
         assert_moe_layer_within_the_bound(ref, layer, fresh, f"routing {seed}")
+
+
+# ---- W4A16: bf16 activations, grouped 4-bit weights -------------------------------------------------
+
+
+@requires_sm90
+@pytest.mark.parametrize("b_format", ["nvfp4", "mxfp4"])
+def test_masked_gemm_of_bf16_activations_is_within_the_bound(fp4, ref, b_format):
+    experts, max_m, n, k = 3, 200, 320, 512
+    mode = {"nvfp4": "w4a4-nvfp4", "mxfp4": "w4a4-mxfp4"}[b_format]
+    a = random_bf16(experts * max_m, k, 31)
+    w = Weights(fp4, ref, mode, experts, n, k)
+    counts = [200, 0, 77]
+    out = poisoned_like(torch.empty(experts * max_m, n, dtype=torch.bfloat16, device="cuda"))
+    fp4.ops.gemm(
+        a, w.values, torch.empty(0, dtype=torch.uint8, device="cuda"), w.scales, "bf16", b_format, False, "masked",
+        torch.tensor(counts, dtype=torch.int32, device="cuda"), max_m, w.alpha, 1.0, w.bias, None, "none", out, None,
+        "bf16", "auto", -1, -1, 0, 0, None, False,
+    )  # fmt: skip
+    owned = torch.zeros(experts * max_m, dtype=torch.bool, device="cuda")
+    for e, rows in enumerate(masked_rows(counts, max_m)):
+        assert_group_rows(out, a.double(), w, e, rows, f"w4a16 masked {b_format}")
+        owned[rows] = True
+    assert_untouched(out, owned, f"w4a16 masked {b_format}")
