@@ -63,6 +63,8 @@ bool supports(const GemmProblem& p) {
   if (e.activation == Activation::Geglu) return false;
   if (!operand_pair_supported(p.a.format, p.b.format)) return false;
   if (p.m < 1 || p.n < 1 || p.k < 1 || p.m > INT32_MAX || p.n > INT32_MAX) return false;
+  // The scheduler's 32-bit (tile, K tile) units.
+  if (ceil_div(p.m, 128) * ceil_div(p.n, 128) * ceil_div(p.k, 64) > INT32_MAX) return false;
   // TMA: 16-byte aligned bases and row pitches; bulk scale copies: 16-byte aligned buffers.
   if (row_bytes(p.a.format, p.k) % 16 != 0 || row_bytes(p.b.format, p.k) % 16 != 0) return false;
   if (!is_aligned(p.a.values, 16) || !is_aligned(p.b.values, 16)) return false;
@@ -99,15 +101,18 @@ int tile_width(const GemmProblem& p) {
   return p.n > 128 ? 256 : 128;
 }
 
-// How the CTAs share the work (engine.cuh, "work split"): one whole tile per CTA, or stream-K over
-// one CTA per SM. Stream-K pays for its partial-tile fix-up only where whole tiles would leave the
-// last wave part-empty and there are few waves to spread that over; the streamk schedule asks
-// for it always.
+// How the CTAs share a dense problem's work (scheduler.cuh): one whole tile per CTA when the tiles
+// fill whole waves; otherwise one persistent CTA per SM that takes whole tiles for all waves but the
+// last one or two (data parallel: neighbouring CTAs share A's rows and B's columns in L2) and splits
+// the rest evenly by K tiles (stream-K), so no wave is left part-empty. The streamk schedule always
+// splits. Measured on the H200: stream-K over all the tiles of a 7.8-wave problem
+// (4096 x 8192 x 8192 bf16) ran at 0.58x cuBLAS against 0.89x for whole tiles at 15.5 waves: the
+// stream-K order scatters the concurrent tiles over the whole output, hence the data-parallel part.
 struct WorkSplit {
   int64_t ctas;
   bool stream_k;
+  int64_t dp_tiles;  // tiles taken whole before the stream-K part
 };
-
 // A grouped problem's tile count is known on the device only; the persistent CTAs walk what there is.
 // This bounds it: each group's rows in whole 128-row tiles; valid contiguous ids (each expert's rows
 // consecutive) add at most one part-filled tile per expert.
@@ -118,13 +123,13 @@ int64_t grouped_tile_bound(const GemmProblem& p, int width) {
 }
 
 WorkSplit work_split(const GemmProblem& p, int width) {
-  if (p.grouping != Grouping::Dense) return {std::max<int64_t>(1, std::min(grouped_tile_bound(p, width), sm_count(p))), false};
-  const int64_t tiles = ceil_div(p.m, 128) * ceil_div(p.n, width);
-  const int64_t units = tiles * ceil_div(p.k, 64);
   const int64_t sms = sm_count(p);
-  const bool uneven = tiles % sms != 0 && tiles < 8 * sms;
-  if (p.schedule != Schedule::StreamK && !uneven) return {tiles, false};
-  return {units < sms ? units : sms, true};
+  if (p.grouping != Grouping::Dense) return {std::max<int64_t>(1, std::min(grouped_tile_bound(p, width), sms)), false, 0};
+  const int64_t tiles = ceil_div(p.m, 128) * ceil_div(p.n, width);
+  if (p.schedule != Schedule::StreamK && tiles % sms == 0) return {tiles, false, 0};
+  const int64_t dp_tiles = tiles / sms > 1 ? (tiles / sms - 1) * sms : 0;
+  const int64_t units = (tiles - dp_tiles) * ceil_div(p.k, 64);
+  return {units < sms ? units : sms, true, dp_tiles};
 }
 
 // B is dequantized once into a bf16 scratch matrix (BSource::Bf16) when at least this many 128-row
@@ -258,12 +263,13 @@ void launch(const GemmProblem& p, const Scratch& layout, cudaStream_t stream) {
   schedule.k_tiles = ceil_div(p.k, Config::kBlockK);
   schedule.n_tiles = ceil_div(p.n, Config::kBlockN);
   schedule.m_tiles = ceil_div(p.m, Config::kBlockM);
-  schedule.units = schedule.m_tiles * schedule.n_tiles * schedule.k_tiles;
+  const WorkSplit split = work_split(p, Config::kBlockN);
+  schedule.dp_tiles = split.dp_tiles;
+  schedule.units = (schedule.m_tiles * schedule.n_tiles - split.dp_tiles) * schedule.k_tiles;
   schedule.groups = group_rows(p, layout, stream);
   params.flags = nullptr;
   params.partials = nullptr;
   params.epilogue = p.epilogue;
-  const WorkSplit split = work_split(p, Config::kBlockN);
   if (split.stream_k) {
     params.flags = static_cast<int*>(p.scratch);
     params.partials = reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) + layout.partials);

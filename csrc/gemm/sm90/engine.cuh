@@ -132,10 +132,10 @@ struct EngineConfig {
   static_assert(!kBf16A || kB == OperandFormat::Bf16 || kB == OperandFormat::Nvfp4 || kB == OperandFormat::Mxfp4,
                 "bf16 activations pair with 4-bit weights (the fragment order of a packed B) or bf16 weights");
 
-  // The CTA's 384 x 168 registers, shifted to the consumers (setmaxnreg). A grouped producer walks
-  // the groups and addresses up to five scale atoms per stage: it gets 16 more.
-  static constexpr int kProducerRegisters = kGrouping == Grouping::Dense ? 40 : 56;
-  static constexpr int kConsumerRegisters = kGrouping == Grouping::Dense ? 232 : 224;
+  // The CTA's 384 x 168 registers, shifted to the consumers (setmaxnreg): the producer's scheduler
+  // and scale-atom addressing fit 56 (at 40 they spilled).
+  static constexpr int kProducerRegisters = 56;
+  static constexpr int kConsumerRegisters = 224;
 };
 
 // Kernel arguments besides the two tensor maps (plain values: captured by CUDA graphs as is).
@@ -399,12 +399,13 @@ __device__ __forceinline__ void wgmma_ss(uint64_t desc_a, uint64_t desc_b, float
 }
 
 // Four k16 steps with both operands in shared memory (kSharedA): this warpgroup's 64 rows of the
-// swizzled A tile (8 KiB apart) and the B tile; both descriptors advance 32 bytes per step.
+// swizzled A tile (8 KiB apart) and the B tile; both descriptors advance 32 bytes per step. The
+// accumulators are pinned by the caller around the whole K loop, not here: a definition of them
+// while the previous batch is in flight would make ptxas serialize the wgmmas.
 template <class Config>
 __device__ __forceinline__ void issue_tile_shared(const uint8_t* a_rows, const uint8_t* bf16_tile,
                                                   float (&acc)[Config::kBlockN / 2]) {
   const uint64_t desc_a = sw128_descriptor(a_rows), desc_b = sw128_descriptor(bf16_tile);
-  pin_registers(acc);
   wgmma_fence();
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
@@ -412,7 +413,6 @@ __device__ __forceinline__ void issue_tile_shared(const uint8_t* a_rows, const u
                               std::make_index_sequence<Config::kBlockN / 2>{});
   }
   wgmma_commit();
-  pin_registers(acc);
 }
 
 // Four k16 steps over one 64-wide K tile; the descriptor advances 32 bytes (16 elements) per step.
@@ -663,6 +663,7 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
       // Both operands in shared memory: one batch of wgmmas stays in flight while the next is
       // issued, and a stage is freed once the batch reading it retired.
       const int64_t a_rows = (consumer / 128) * 64 * Config::kRowBytesA;  // this warpgroup's 64 rows
+      pin_registers(acc);
       for (int64_t kt = t.k_begin; kt < t.k_end; ++kt, ++it) {
         const int s = int(it % Config::kStages);
         mbar_wait(&smem.full[s], uint32_t((it / Config::kStages) & 1));
