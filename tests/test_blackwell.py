@@ -4,7 +4,7 @@ No GPU here runs sm_100a, sm_110a or sm_120a code, so these tests check what can
 - the machine code: the built library holds, for every arch and operand format, the CUTLASS
   kernels of the instantiation table, and each one issues the block-scaled MMA of its format
   (disassembled with cuobjdump + nvdisasm from the PyPI packages of requirements.txt);
-- the host-side rules: which problems each arch's backend serves (ops.gemm_backend asks the same
+- the host-side rules: which problems each arch's backend serves (GemmCall.backends asks the same
   supports() predicate dispatch uses), which kernel the dispatch picks for a problem (its
   CUTLASS-free headers compiled into a small host program), and the scale layout the kernels are
   handed.
@@ -208,15 +208,11 @@ def test_sm100_and_sm110_kernels_are_distinct_symbols():
     assert argument_kernels[0] and argument_kernels[0].isdisjoint(argument_kernels[1])
 
 
-# ---- which problems the backends serve (host-side: ops.gemm_backend asks supports()) ------------
+# ---- which problems the backends serve (host-side: GemmCall.backends asks supports()) ------------
 
 
 def backend(fp4, cc, a_format="nvfp4", b_format=None, m=256, n=4096, k=4096, **kind) -> str:
-    kind = {"b_interleaved": False, "grouping": "dense", "activation": "none", "out_format": "bf16"} | kind
-    return fp4._ops.ops.gemm_backend(
-        cc, a_format, b_format or a_format, kind["b_interleaved"], kind["grouping"], kind["activation"],
-        kind["out_format"], kind.get("schedule", "auto"), m, n, k,
-    )  # fmt: skip
+    return fp4._gemm.described_call(a_format, b_format, m=m, n=n, k=k, **kind).backend(cc)
 
 
 @pytest.mark.parametrize("out_format", ["bf16", "fp16"])
@@ -228,7 +224,7 @@ def test_backend_serves_dense_gemms_of_every_format_and_epilogue(fp4, cc, fmt, a
     assert backend(fp4, cc, fmt, activation=activation, out_format=out_format) == BACKENDS[cc]
 
 
-@pytest.mark.parametrize("schedule", ["auto", "streamk", "m256", "mrows", "skinny"])
+@pytest.mark.parametrize("schedule", ["auto", "streamk", "m256"])
 @pytest.mark.parametrize("cc", BLACKWELL)
 def test_backend_serves_every_schedule_of_row_major_weights(fp4, cc, schedule):
     """A schedule picks how a GEMM runs, never what it computes: the tile kernels serve them all."""
@@ -373,7 +369,7 @@ def test_grouped_nvfp4_outputs_stay_with_the_reference(fp4, cc, grouping):
         {"out_format": "nvfp4"},  # the staged backend's (a float32 stage)
         {"activation": "geglu", "out_format": "nvfp4_from_fp16"},  # the staged backend's
         {"activation": "geglu"},  # pairs columns: not per element
-        {"b_interleaved": True, "schedule": "gemv", "m": 1},  # the streaming weight layout
+        {"b_interleaved": True, "m": 1},  # the streaming weight layout
         {"a_format": "nvfp4", "b_format": "e0m3", "out_format": "fp16"},  # no E0M3 MMA
         {"a_format": "mxfp8", "b_format": "mxfp4"},  # mixed operand formats
     ],
@@ -413,7 +409,7 @@ def test_backends_run_only_on_their_own_arch(fp4, cc):
     [
         "dense_gemm",
         "nvfp4_gemm_bf16",
-        "nvfp4_gemm_bias_residual_fp16",
+        "nvfp4_gemm_residual_bf16",
         "batch_gemm",
         "group_masked_gemm",
         "group_contiguous_gemm",
@@ -423,6 +419,20 @@ def test_backends_run_only_on_their_own_arch(fp4, cc):
 def test_capabilities_call_the_served_functions_compile_verified(fp4, cc, function):
     require_built(cc)
     assert fp4.capabilities()["functions"][function][f"sm_{cc}"] == "native (compile-verified)"
+
+
+@pytest.mark.parametrize("function", ["nvfp4_gemm_bias_bf16", "nvfp4_gemm_bias_residual_fp16"])
+@pytest.mark.parametrize("cc", BLACKWELL)
+def test_capabilities_call_bias_functions_reference_where_a_bias_dtype_runs_the_reference(fp4, cc, function):
+    """The epilogue reads the bias in the output type: the function's calls with another bias dtype
+    (it accepts bf16, fp16 and float32) run the reference, so the function is not native there."""
+    require_built(cc)
+    calls = fp4._capabilities.gemm_calls(function)
+    out_dtype = calls[0].out.dtype
+    for call in calls:
+        served = call.backend(cc) != ""
+        assert served == (call.bias.dtype == out_dtype or call.a.shape[0] <= 16), f"bias {call.bias.dtype}"
+    assert fp4.capabilities()["functions"][function][f"sm_{cc}"] == "reference"
 
 
 # ---- the scale layout handed to CUTLASS --------------------------------------------------------

@@ -162,7 +162,7 @@ def test_capabilities_gemm_status_is_the_backend_query_on_every_built_arch(fp4, 
         if arch not in built_archs():
             assert status[arch] == "unsupported", f"{name} on {arch}"
             continue
-        served = all(fp4._capabilities.gemm_backend(kind, arch) for kind in fp4._capabilities.GEMM_KINDS[name])
+        served = all(call.backend(int(arch[3:])) for call in fp4._capabilities.gemm_calls(name))
         assert status[arch].startswith("native") == served, f"{name} on {arch}: {status[arch]}"
 
 

@@ -3,7 +3,7 @@ of float64 math on the exactly dequantized operands, for every operand format, e
 type and tile width; K tails; M and N not multiples of the tile; the spec's qualification shapes;
 NaN scales; outputs poisoned first; bitwise equal across runs and under CUDA graph replay.
 
-Which backend serves a problem is asked from the build (ops.gemm_backend), so these tests also say
+Which backend serves a problem is asked from the build (GemmCall.backends), so these tests also say
 when a problem falls back to the reference."""
 
 from __future__ import annotations
@@ -23,11 +23,7 @@ requires_sm90 = pytest.mark.skipif(
 def backend(fp4, a_format="nvfp4", b_format="nvfp4", m=256, n=4096, k=4096, **kind) -> str:
     if 90 not in fp4._ops.ops.gemm_backend_archs():
         pytest.skip("this build has no sm_90 code (built with --archs)")
-    kind = {"b_interleaved": False, "grouping": "dense", "activation": "none", "out_format": "bf16"} | kind
-    return fp4._ops.ops.gemm_backend(
-        90, a_format, b_format, kind["b_interleaved"], kind["grouping"], kind["activation"], kind["out_format"],
-        kind.get("schedule", "auto"), m, n, k,
-    )  # fmt: skip
+    return fp4._gemm.described_call(a_format, b_format, m=m, n=n, k=k, **kind).backend(90)
 
 
 # ---- which problems the engine serves (host-side predicate: runs without a GPU) ------------------

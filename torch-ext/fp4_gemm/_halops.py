@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from . import _validate, reference
+from ._gemm import GemmCall
 from ._ops import ops
 
 
@@ -48,7 +49,7 @@ def group_wise_quant(
     return values, scales
 
 
-def _gemm(
+def _halops_gemm(
     grouping: str,
     mode: str,
     input: torch.Tensor,
@@ -67,10 +68,10 @@ def _gemm(
         grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, group_index, group_rows
     )
     fmt = reference.MODES[mode].name
-    ops.gemm(
-        input, weight, sfa, sfb, fmt, fmt, False, grouping, group_index, group_rows, alpha, 1.0, bias, None,
-        "none", output, None, "bf16", "auto", -1, sm_count, 0, 0, None, use_pdl,
-    )  # fmt: skip
+    GemmCall(
+        input, weight, sfa, sfb, fmt, fmt, grouping=grouping, group_index=group_index, group_rows=group_rows,
+        alpha=alpha, bias=bias, out=output, sm_count=sm_count, pdl=use_pdl,
+    ).run()  # fmt: skip
 
 
 def dense_gemm(
@@ -91,7 +92,7 @@ def dense_gemm(
     same; sfa/sfb SfAtom scales of M and N rows; output bfloat16 [M, N]; bias bfloat16 [N] (any mode);
     alpha float32 [1] (required for w4a4-nvfp4, optional otherwise); sm_count -1 or > 0.
     """
-    _gemm("dense", mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, use_pdl=use_pdl)
+    _halops_gemm("dense", mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, use_pdl=use_pdl)
 
 
 def batch_gemm(
@@ -111,7 +112,7 @@ def batch_gemm(
     B*N rows; output bfloat16 [B, M, N]; bias bfloat16 [B, N]; alpha float32 [B].
     """
     _validate.tensor("input", input, dtypes=(torch.float8_e4m3fn, torch.uint8), ndim=3)
-    _gemm("batched", mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, None, input.shape[1])
+    _halops_gemm("batched", mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, None, input.shape[1])
 
 
 def group_contiguous_gemm(
@@ -133,7 +134,7 @@ def group_contiguous_gemm(
     after experts' rows (ids outside [-1, E) are skipped too); output bfloat16 [M, N]; bias bfloat16
     [E, N]; alpha float32 [E].
     """
-    _gemm("contiguous", mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, expert_ids)
+    _halops_gemm("contiguous", mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, expert_ids)
 
 
 def group_masked_gemm(
@@ -155,7 +156,7 @@ def group_masked_gemm(
     input [E * max_m, K]; weight [E, N, K]; masked_m int32 [E]; output bfloat16 [E * max_m, N];
     max_m_per_expert > 0.
     """
-    _gemm("masked", mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, masked_m, max_m_per_expert)
+    _halops_gemm("masked", mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, masked_m, max_m_per_expert)
 
 
 def fused_swiglu_quant(

@@ -525,7 +525,7 @@ def gemm_epilogue(
 def gemm_into(
     a: torch.Tensor,
     b: torch.Tensor,
-    sfa: torch.Tensor,
+    sfa: torch.Tensor | None,
     sfb: torch.Tensor,
     a_format: str,
     b_format: str,
@@ -546,11 +546,10 @@ def gemm_into(
     sm_count: int,
     warps: int,
     stages: int,
-    workspace: torch.Tensor | None,
     pdl: bool,
 ) -> None:
-    """`gemm` op: the GEMM result of docs/FORMATS.md written into `out` (schedule, variant, sm_count,
-    warps, stages, workspace and pdl pick how a kernel runs, never what it computes)."""
+    """`gemm` op: the GEMM result of docs/FORMATS.md written into `out` (sfa is None for a bf16 A;
+    schedule, variant, sm_count, warps, stages and pdl pick how a kernel runs, never what it computes)."""
     groups = b.shape[0] if b.dim() == 3 else 1
     b_values = b.reshape(-1, b.shape[-1])
     if b_interleaved:
@@ -732,7 +731,7 @@ def _halops_gemm(
     fmt = MODES[mode].name
     gemm_into(
         input, weight, sfa, sfb, fmt, fmt, False, grouping, group_index, group_rows, alpha, 1.0, bias, None,
-        "none", output, None, "bf16", "auto", -1, -1, 0, 0, None, True,
+        "none", output, None, "bf16", "auto", -1, -1, 0, 0, True,
     )  # fmt: skip
 
 
@@ -965,7 +964,7 @@ def nvfp4_gemm(
         out, out_scales = gemm_outputs(a.shape[0], n_out, out_format, a.device)
     gemm_into(
         a, b, sfa, sfb, a_format, b_format, b_interleaved, "dense", None, 0, None, alpha, bias, residual,
-        activation, out, out_scales, out_format, "auto", -1, -1, 0, 0, None, True,
+        activation, out, out_scales, out_format, "auto", -1, -1, 0, 0, True,
     )  # fmt: skip
     return (out, out_scales) if nvfp4_out else out
 
