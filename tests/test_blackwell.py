@@ -41,28 +41,19 @@ def require_built(cc: int) -> None:
 
 # ---- the instantiation table (csrc/gemm/blackwell_args.h: blackwell_tile_built) -------------------
 
-TILES = ("default", "widen", "pingpong")
+
+def kernel_count(dispatch_probe, cc: int, fmt: str) -> int:
+    """The kernels the C++ instantiation table builds for an arch and format (the dispatch probe
+    below counts blackwell_tile_built and kHasGroupedKernel over every output type and tile)."""
+    return dispatch_probe["tables"][(cc, fmt)]
 
 
-def tile_built(cc: int, fmt: str, tile: str) -> bool:
-    """Mirror of blackwell_tile_built for the variants' tiles (bf16 and fp16 kernels): sm120 alone has
-    pingpong, and no MXFP8 widen tile (one pipeline stage would fit its shared memory)."""
-    if tile == "pingpong":
-        return cc == 120
-    if tile == "widen":
-        return cc != 120 or fmt != "mxfp8"
-    return True
-
-
-def kernel_count(cc: int, fmt: str) -> int:
-    """Per output type (bf16, fp16): one kernel per built tile, plus the grouped (masked and contiguous)
-    kernel; NVFP4 adds the float32 stage of the staged backend (default tile) and the stream-K kernel
-    of the streamk functions (bf16, default tile under CUTLASS's stream-K scheduler)."""
-    return 2 * (sum(tile_built(cc, fmt, tile) for tile in TILES) + 1) + 2 * (fmt == "nvfp4")
-
-
-def test_instantiation_table_counts():
-    assert [kernel_count(cc, f) for cc in BLACKWELL for f in FORMATS] == [6, 6, 8, 6, 6, 8, 6, 8, 10]
+def test_instantiation_table_counts(dispatch_probe):
+    """Per output type (bf16, fp16): one kernel per built tile (sm120 alone has pingpong and no MXFP8
+    widen tile), plus the grouped (masked and contiguous) kernel; NVFP4 adds the float32 stage of the
+    staged backend (default tile) and the stream-K kernel of the streamk functions (bf16)."""
+    counts = [kernel_count(dispatch_probe, cc, f) for cc in BLACKWELL for f in FORMATS]
+    assert counts == [6, 6, 8, 6, 6, 8, 6, 8, 10]
 
 
 # ---- machine code -----------------------------------------------------------------------------
@@ -155,10 +146,10 @@ def scaled_mma(cc: int, fmt: str) -> re.Pattern:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("cc", BLACKWELL)
-def test_library_has_each_blackwell_kernel_of_the_table(cc, fmt):
+def test_library_has_each_blackwell_kernel_of_the_table(dispatch_probe, cc, fmt):
     require_built(cc)
     formats = [f for f, _ in blackwell_kernels(cc).values()]
-    assert formats.count(fmt) == kernel_count(cc, fmt), f"sm_{cc}a {fmt}: {formats.count(fmt)} kernels"
+    assert formats.count(fmt) == kernel_count(dispatch_probe, cc, fmt), f"sm_{cc}a {fmt}: {formats.count(fmt)}"
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -236,8 +227,9 @@ def test_backend_serves_every_schedule_of_row_major_weights(fp4, cc, schedule):
 
 # A host program over the dispatch headers, with a stand-in kernel table that names what it visits:
 # one line per problem kind and arch, "<grouping> <variant> | <kernel, schedule auto> | <kernel,
-# schedule streamk>" (BlackwellKernelId's describe()). Those headers are CUTLASS-free; nvcc only
-# because they pull in the package's launch helpers.
+# schedule streamk>" (BlackwellKernelId's describe()), then the instantiation table's kernel count
+# per arch and format. Those headers are CUTLASS-free; nvcc only because they pull in the package's
+# launch helpers.
 DISPATCH_PROBE = r"""
 #include <cstdio>
 
@@ -274,17 +266,39 @@ void print_choices() {
           }
 }
 
+// "table <cc> <format> <kernels>": the kernels the instantiation table builds for an arch and format.
+template <GemmArch Arch>
+void print_table() {
+  constexpr BlackwellTile kTiles[] = {BlackwellTile::Default, BlackwellTile::Widen, BlackwellTile::Pingpong,
+                                      BlackwellTile::StreamK};
+  constexpr int kGrouped = kHasGroupedKernel<OutFormat::Bf16, BlackwellTile::Default> +
+                           kHasGroupedKernel<OutFormat::Fp16, BlackwellTile::Default> +
+                           kHasGroupedKernel<OutFormat::Fp32, BlackwellTile::Default>;
+  const char* names[] = {"mxfp8", "mxfp4", "nvfp4"};
+  const OperandFormat formats[] = {OperandFormat::Mxfp8, OperandFormat::Mxfp4, OperandFormat::Nvfp4};
+  for (int f = 0; f < 3; ++f) {
+    int kernels = kGrouped;
+    for (OutFormat out : {OutFormat::Bf16, OutFormat::Fp16, OutFormat::Fp32})
+      for (BlackwellTile tile : kTiles) kernels += blackwell_tile_built(Arch, formats[f], out, tile);
+    std::printf("table %d %s %d\n", static_cast<int>(Arch), names[f], kernels);
+  }
+}
+
 int main() {
   print_choices<GemmArch::Sm100>();
   print_choices<GemmArch::Sm110>();
   print_choices<GemmArch::Sm120>();
+  print_table<GemmArch::Sm100>();
+  print_table<GemmArch::Sm110>();
+  print_table<GemmArch::Sm120>();
 }
 """
 
 
 @pytest.fixture(scope="module")
-def dispatch_choices(tmp_path_factory) -> list[tuple[str, str, str]]:
-    """(grouping, kernel with schedule auto, kernel with schedule streamk) of every probed kind."""
+def dispatch_probe(tmp_path_factory) -> dict:
+    """What the dispatch headers decide, from the probe: "choices", (grouping, kernel with schedule
+    auto, kernel with schedule streamk) of every probed kind; "tables", (cc, format) -> kernels built."""
     nvcc = nvidia_tool("nvcc") or str(Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc")
     if not Path(nvcc).is_file():
         pytest.skip("nvcc not found: the dispatch probe compiles the Blackwell dispatch headers")
@@ -293,11 +307,20 @@ def dispatch_choices(tmp_path_factory) -> list[tuple[str, str, str]]:
     command = [nvcc, "-std=c++17", f"-I{ROOT}", str(work / "probe.cu"), "-o", str(work / "probe")]
     subprocess.run(command, check=True, capture_output=True, text=True)
     lines = subprocess.run([str(work / "probe")], check=True, capture_output=True, text=True).stdout.splitlines()
-    choices = []
+    choices, tables = [], {}
     for line in lines:
+        if line.startswith("table "):
+            _, cc, fmt, kernels = line.split()
+            tables[(int(cc), fmt)] = int(kernels)
+            continue
         kind, auto, streamk = (part.strip() for part in line.split("|"))
         choices.append((kind.split()[0], auto, streamk))
-    return choices
+    return {"choices": choices, "tables": tables}
+
+
+@pytest.fixture(scope="module")
+def dispatch_choices(dispatch_probe) -> list[tuple[str, str, str]]:
+    return dispatch_probe["choices"]
 
 
 @pytest.mark.parametrize("cc", BLACKWELL)

@@ -79,12 +79,10 @@ def test_skinny_leaves_mismatched_operand_formats_alone(fp4):
 
 
 def quantize(ref, fmt: str, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """CPU quantization by the reference, with the scale buffer the public functions of fmt take."""
-    if fmt == "nvfp4":
-        return ref.quantize_fp4_sfa_bf16(x)
-    if fmt == "e0m3":
-        return ref.quantize_e0m3_sfa_fp16(x.half())
-    return ref.group_wise_quant(x, MODES[fmt])
+    """CPU quantization by the reference, with the scale buffer the public functions of fmt take
+    (flat for NVFP4 and E0M3, the halops 2-D view for the MX formats)."""
+    values, scales = ref.quantize(x.half() if fmt == "e0m3" else x, ref.FORMATS[fmt], swizzle=True)
+    return values, scales.reshape(-1) if fmt in ("nvfp4", "e0m3") else scales
 
 
 def random_bf16(rows: int, cols: int, seed: int, scale: float = 1.0) -> torch.Tensor:

@@ -273,4 +273,4 @@ def sfa_size_bytes(rows: int, dim: int) -> int:
     _validate.positive_int("rows", rows)
     _validate.positive_int("dim", dim)
     _validate.multiple("dim", dim, 16, "NVFP4 blocks of 16")
-    return reference.sfa_size_bytes(rows, dim)
+    return reference.sf_bytes(rows, dim // reference.NVFP4.group)

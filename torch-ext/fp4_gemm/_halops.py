@@ -159,6 +159,15 @@ def group_masked_gemm(
     _halops_gemm("masked", mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, masked_m, max_m_per_expert)
 
 
+def swiglu_quant_outputs(rows: int, hidden: int, is_fp4: bool, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Zero-filled outputs of fused_swiglu_quant: rows a group does not own stay zero."""
+    fmt = reference.NVFP4 if is_fp4 else reference.MXFP8
+    dtype = torch.uint8 if is_fp4 else torch.float8_e4m3fn
+    values = torch.zeros(rows, fmt.stored_cols(hidden), dtype=dtype, device=device)
+    scales = torch.zeros(reference.swizzled_scale_shape(rows, hidden // fmt.group), dtype=torch.uint8, device=device)
+    return values, scales
+
+
 def fused_swiglu_quant(
     input: torch.Tensor, token_nums_per_expert: torch.Tensor, is_fp4: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -171,9 +180,22 @@ def fused_swiglu_quant(
     not own are zero (values and scales).
     """
     _validate.swiglu_quant(input, token_nums_per_expert, is_fp4)
-    values, scales = reference.swiglu_quant_outputs(input.shape[0], input.shape[1] // 2, is_fp4, input.device)
+    values, scales = swiglu_quant_outputs(input.shape[0], input.shape[1] // 2, is_fp4, input.device)
     ops.swiglu_quant(input, token_nums_per_expert, "nvfp4" if is_fp4 else "mxfp8", values, scales)
     return values, scales
+
+
+def permute_outputs(
+    x: torch.Tensor, topk_ids: torch.Tensor, num_local_experts: int, max_token_num: int
+) -> tuple[torch.Tensor, ...]:
+    """Outputs of prefill_permute_to_masked_gemm, uninitialized: the op writes every byte."""
+    rows, hidden = num_local_experts * max_token_num, x.shape[1]
+    return (
+        torch.empty(rows, hidden, dtype=x.dtype, device=x.device),
+        torch.empty(num_local_experts, max_token_num, hidden // 32, dtype=torch.uint8, device=x.device),
+        torch.empty(topk_ids.shape, dtype=torch.int32, device=x.device),
+        torch.empty(num_local_experts, 1, dtype=torch.int32, device=x.device),
+    )
 
 
 def prefill_permute_to_masked_gemm(
@@ -190,6 +212,6 @@ def prefill_permute_to_masked_gemm(
     Rows no token lands on are zero; nothing is written beyond max_token_num.
     """
     _validate.permute(x, scale, topk_ids, num_local_experts, max_token_num)
-    outputs = reference.permute_outputs(x, topk_ids, num_local_experts, max_token_num)
+    outputs = permute_outputs(x, topk_ids, num_local_experts, max_token_num)
     ops.permute_to_masked(x, scale, topk_ids, num_local_experts, max_token_num, *outputs)
     return outputs

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _validate, reference
+from . import _validate
 from ._gemm import GemmCall, gemm_outputs, packed_outputs
 from ._ops import ops
 
@@ -67,13 +67,27 @@ def quantize_fp4_sfa_mse_bf16(
     return _quantize(x, "nvfp4_mse", *x.shape, packed, sfa)
 
 
+def aligned_dim(dim: int, alignment: int) -> int:
+    """dim rounded up to a multiple of alignment."""
+    return -(-dim // alignment) * alignment
+
+
+def padded_bias(bias: OptTensor, rows: int) -> OptTensor:
+    """bias zero-padded to `rows` entries (None stays None)."""
+    if bias is None:
+        return None
+    out = torch.zeros(rows, dtype=bias.dtype, device=bias.device)
+    out[: bias.numel()] = bias
+    return out
+
+
 def quantize_fp4_sfa_padded_bf16(x: Tensor, *, alignment: int = 32, is_sfb: bool = False) -> tuple[Tensor, Tensor, int]:
     """NVFP4 of a bfloat16 [rows, K] matrix zero-padded to K' = ceil(K / alignment) * alignment (the
     kernel reads with bounds; no padded copy). Returns (packed [rows, K'/2], scales of
     sfa_size_bytes(rows, K'), K). Bind-time helper: it allocates."""
     _validate.padded_quantizer(x, alignment)
     rows, logical = x.shape
-    packed, sfa = _quantize(x, "nvfp4", rows, reference.aligned_dim(logical, alignment), None, None)
+    packed, sfa = _quantize(x, "nvfp4", rows, aligned_dim(logical, alignment), None, None)
     return packed, sfa, logical
 
 
@@ -87,9 +101,9 @@ def pack_nvfp4_weight_bf16(
     """
     _validate.pack_weight(weight, bias, alignment, mse)
     n, k = weight.shape
-    rows, cols = reference.aligned_dim(n, alignment), reference.aligned_dim(k, alignment)
+    rows, cols = aligned_dim(n, alignment), aligned_dim(k, alignment)
     packed, sfb = _quantize(weight, "nvfp4_mse" if mse else "nvfp4", rows, cols, None, None)
-    return packed, sfb, reference.padded_bias(bias, rows), (n, k)
+    return packed, sfb, padded_bias(bias, rows), (n, k)
 
 
 def quantize_e0m3_sfa_fp16(
@@ -492,7 +506,8 @@ def nvfp4_gemm_m256_workspace_size(a_packed: Tensor, b_packed: Tensor, sfa: Tens
         a_packed, b_packed, sfa, sfb, alpha=1.0, bias=None, residual=None, activation="none",
         out_format="bf16", out=None, out_scales=None,
     )  # fmt: skip
-    return reference.nvfp4_gemm_m256_workspace_size(a_packed, b_packed, sfa, sfb)
+    tiles = -(-a_packed.shape[0] // 128) * -(-b_packed.shape[0] // 128)  # one int32 counter per 128 x 128 tile
+    return -(-4 * tiles // 256) * 256
 
 
 def nvfp4_gemm_m256_bf16(
