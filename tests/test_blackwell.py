@@ -22,10 +22,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from cases import STAGED_KINDS
+from cases import BLACKWELL_CAPABILITIES, STAGED_KINDS
 from conftest import ROOT, variant_dir, variant_metadata
 
-BLACKWELL = {100: "10.0a", 110: "11.0a", 120: "12.0a"}
+BLACKWELL = BLACKWELL_CAPABILITIES  # cc -> capability: 100 -> "10.0a", ...
 FORMATS = ("mxfp8", "mxfp4", "nvfp4")
 BACKENDS = {cc: f"sm{cc}_cutlass" for cc in BLACKWELL}
 

@@ -27,7 +27,10 @@ from ._gemm import _GEMM, OUT_DTYPES, GemmCall
 from ._ops import ops
 from ._registry import NATIVE_CUDA_OPS
 
-ARCHS = {"sm_90": "9.0a", "sm_100": "10.0a", "sm_110": "11.0a", "sm_120": "12.0a"}
+# Every CUDA capability the package builds for: build.toml's kernel sections (tests hold the two
+# equal); the sm_XX names of the status table derive from it.
+SUPPORTED_CUDA_CAPABILITIES = ("9.0a", "10.0a", "11.0a", "12.0a")
+ARCHS = {"sm_" + cap.rstrip("a").replace(".", ""): cap for cap in SUPPORTED_CUDA_CAPABILITIES}
 RUN_ARCHS = frozenset({"sm_90"})  # archs whose kernels ran in this package's tests (an H200)
 
 # public function -> the registered op that does its work
@@ -259,7 +262,7 @@ def capabilities() -> dict[str, object]:
         },
         "variants": {arch: (-1, *_validate.VARIANTS) for arch in ARCHS},
         "variant_names": {-1: "auto", 0: "default", 1: "widen", 2: "pingpong"},
-        "cuda_capabilities": tuple(ARCHS.values()),
+        "cuda_capabilities": SUPPORTED_CUDA_CAPABILITIES,
         "built_cuda_capabilities": tuple(built_archs()),
         "gemm_backends": tuple(f"sm_{cc}" for cc in ops.gemm_backend_archs()),
         "run_archs": tuple(sorted(RUN_ARCHS)),
