@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 import triton.testing
 from kernels import get_kernel, get_local_kernel
+from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -21,6 +22,31 @@ def load() -> object:
     if "LOCAL_KERNELS" in os.environ:
         return get_kernel("org/fp4-gemm", version=1, trust_remote_code=True)
     return get_local_kernel(ROOT)
+
+
+class _ReferenceOps(TorchDispatchMode):
+    """Runs the package's registered ops with their reference implementations (PyTorch ops on the
+    tensors' device) instead of its kernels."""
+
+    def __init__(self, fp4) -> None:
+        super().__init__()
+        self.namespace, self.impls = fp4.ops.name, fp4._registry.REFERENCE_IMPLS
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == self.namespace:
+            return self.impls[func._opname](*args, **(kwargs or {}))
+        return func(*args, **(kwargs or {}))
+
+
+def on_reference(fp4, function: Callable) -> Callable:
+    """The public function with its op run by the reference on the GPU: the peer "the same op done
+    with PyTorch ops" (the public function's own validation and allocation included)."""
+
+    def call(*args: object, **kwargs: object) -> object:
+        with _ReferenceOps(fp4):
+            return function(*args, **kwargs)
+
+    return call
 
 
 def median_us(fn: Callable[[], object], warmup: int = 25, rep: int = 200) -> float:

@@ -124,9 +124,9 @@ def ours_backend(fp4, fmt: str, ours: Ours, m: int, n: int, k: int) -> str | Non
     major, minor = torch.cuda.get_device_capability()
     out_format = "fp16" if ours.out_dtype == torch.float16 else "bf16"
     try:
-        name = fp4.ops.gemm_backend(10 * major + minor, a_op.name, b_op.name, False, "dense", "none", out_format,
-                                    "auto", m, n, k)  # fmt: skip
-    except Exception:  # an older or newer build without this op: say nothing rather than guess
+        call = fp4._gemm.described_call(a_op.name, b_op.name, m=m, n=n, k=k, out_format=out_format)
+        name = call.backend(10 * major + minor)
+    except Exception:  # an older or newer build without this query: say nothing rather than guess
         return None
     return name or "reference"
 

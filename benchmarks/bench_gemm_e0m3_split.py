@@ -18,10 +18,7 @@ A_FORMATS = {"nvfp4": 1, "e0m3": 0}  # name -> e0m3_weight_gemm_fp16's a_format
 
 
 def gemm_on(fp4, backend: str, a, b, sfa, sfb, a_format: str, b_format: str, out) -> None:
-    fp4._ops.ops.gemm_on(
-        backend, a, b, sfa, sfb, a_format, b_format, False, "dense", None, 0, None, 1.0, None, None, "none",
-        out, None, "fp16", "auto", -1, -1, 0, 0, None, False,
-    )  # fmt: skip
+    fp4._gemm.GemmCall(a, b, sfa, sfb, a_format, b_format, out=out, out_format="fp16", pdl=False).run_on(backend)
 
 
 def operand(fp4, fmt: str, rows: int, k: int):

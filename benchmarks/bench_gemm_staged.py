@@ -9,7 +9,7 @@ medians of CUDA-event timings (triton.testing.do_bench).
 from __future__ import annotations
 
 import torch
-from bench_common import median_us, run
+from bench_common import median_us, on_reference, run
 
 TIMING = {"warmup": 5, "rep": 50}  # the reference rows take seconds each
 SHAPES = [(256, 4096, 4096), (4096, 4096, 4096), (4096, 17408, 5120)]  # (M, N_out, K)
@@ -33,7 +33,8 @@ def rows_for(fp4, m: int, n: int, k: int) -> list[dict]:
     bf16_us = median_us(lambda: fp4.nvfp4_gemm_bf16(a, b, sfa, sfb), **TIMING)
     rows = []
     for name, args in calls.items():
-        theirs, ours = getattr(fp4.reference, name), getattr(fp4, name)
+        ours = getattr(fp4, name)
+        theirs = on_reference(fp4, ours)
         reference_us = median_us(lambda fn=theirs, args=args: fn(*args), **TIMING)
         ours_us = median_us(lambda fn=ours, args=args: fn(*args), **TIMING)
         rows.append(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from bench_common import RESULTS, load, median_us, write_results
+from bench_common import RESULTS, load, median_us, on_reference, write_results
 
 COPY_BW_GBPS = 4250.0
 
@@ -37,8 +37,9 @@ def nbytes(*tensors: torch.Tensor) -> int:
 
 
 def same_op(fp4, op: str, mode: str, shape: tuple[int, ...], traffic: int, *args: object) -> Row:
-    """A row timing fp4.<op>(*args) against reference.<op>(*args)."""
-    ours, theirs = getattr(fp4, op), getattr(fp4.reference, op)
+    """A row timing fp4.<op>(*args) against the same call with the reference's PyTorch ops."""
+    ours = getattr(fp4, op)
+    theirs = on_reference(fp4, ours)
     return Row(op, mode, shape, traffic, lambda: ours(*args), lambda: theirs(*args))
 
 

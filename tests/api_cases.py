@@ -1,8 +1,8 @@
 """One valid call of every public function, built on any device: the harness of the API-wide tests.
 
-`make_call(name, device, seed)` returns (args, kwargs) for `fp4.<name>` and `reference.<name>`.
-Inputs are quantized from random data by the reference itself on the CPU, then moved, so the CPU
-and CUDA calls see the same bytes.
+`make_call(name, device, seed)` returns (args, kwargs) for `fp4.<name>`. Inputs are quantized from
+random data by the reference itself on the CPU, then moved, so the CPU and CUDA calls see the same
+bytes.
 """
 
 from __future__ import annotations
@@ -23,12 +23,19 @@ def _rand(*shape: int, seed: int, dtype: torch.dtype = torch.bfloat16) -> torch.
     return torch.randn(*shape, generator=g).to(dtype)
 
 
+def flat_operand(x: torch.Tensor, fmt) -> tuple[torch.Tensor, torch.Tensor]:
+    """x quantized with its flat scale buffer (what the flashrt-style quantizers return)."""
+    values, scales = ref.quantize(x, fmt, swizzle=True)
+    return values, scales.reshape(-1)
+
+
 def nvfp4_operand(rows: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return ref.quantize_fp4_sfa_bf16(_rand(rows, k, seed=seed))
+    return flat_operand(_rand(rows, k, seed=seed), ref.NVFP4)
 
 
 def mode_operand(rows: int, k: int, mode: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return ref.group_wise_quant(_rand(rows, k, seed=seed), mode)
+    """x quantized in a halops mode, with the 2-D scale view group_wise_quant returns."""
+    return ref.quantize(_rand(rows, k, seed=seed), ref.MODES[mode], swizzle=True)
 
 
 def _to(value: object, device: str) -> object:
@@ -146,18 +153,18 @@ CASES: dict[str, Callable[[int], tuple[list, dict]]] = {
 
 def _gemv(seed: int) -> tuple[list, dict]:
     a, b, sfa, sfb = _gemm_operands(seed, m=1)
-    return [a, ref.fp4_repack_b_interleaved_sm120(b), sfa, sfb], {"warps": 2, "stages": 2}
+    return [a, ref.interleave_rows(b), sfa, sfb], {"warps": 2, "stages": 2}
 
 
 def _m256(seed: int) -> tuple[list, dict]:
     a, b, sfa, sfb = _gemm_operands(seed, m=512)
-    size = ref.nvfp4_gemm_m256_workspace_size(a, b, sfa, sfb)
-    return [a, b, sfa, sfb], {"workspace": torch.zeros(size, dtype=torch.uint8)}
+    tiles = -(-512 // 128) * -(-N // 128)  # one int32 counter per 128 x 128 output tile, in 256-byte units
+    return [a, b, sfa, sfb], {"workspace": torch.zeros(-(-4 * tiles // 256) * 256, dtype=torch.uint8)}
 
 
 def _e0m3(seed: int) -> tuple[list, dict]:
-    a, sfa = ref.quantize_e0m3_sfa_fp16(_rand(M, K, seed=seed, dtype=torch.float16))
-    b, sfb = ref.quantize_e0m3_sfa_fp16(_rand(N, K, seed=seed + 1, dtype=torch.float16))
+    a, sfa = flat_operand(_rand(M, K, seed=seed, dtype=torch.float16), ref.E0M3)
+    b, sfb = flat_operand(_rand(N, K, seed=seed + 1, dtype=torch.float16), ref.E0M3)
     return [a, b, sfa, sfb], {"a_format": 0}
 
 

@@ -6,11 +6,29 @@ import itertools
 from collections.abc import Iterator
 
 import torch
+from conftest import build_config
 
 MODES = ("w8a8-mxfp8", "w4a4-mxfp4", "w4a4-nvfp4")
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 GROUP = {"w8a8-mxfp8": 32, "w4a4-mxfp4": 32, "w4a4-nvfp4": 16}
 QMAX = {"w8a8-mxfp8": 448.0, "w4a4-mxfp4": 6.0, "w4a4-nvfp4": 6.0}
+
+
+def build_capabilities() -> tuple[str, ...]:
+    """Every CUDA capability of build.toml's kernel sections, in order ("9.0a", "10.0a", ...): the one
+    list of archs; the package's SUPPORTED_CUDA_CAPABILITIES and every test's archs come from it."""
+    caps = {cap for kernel in build_config()["kernel"].values() for cap in kernel["cuda-capabilities"]}
+    return tuple(sorted(caps, key=lambda cap: float(cap.rstrip("a"))))
+
+
+def compute_capability(cap: str) -> int:
+    """The number GemmCall.backends and the backends' archs use: 100 for "10.0a"."""
+    major, minor = cap.rstrip("a").split(".")
+    return 10 * int(major) + int(minor)
+
+
+ARCH_CAPABILITIES = {f"sm_{compute_capability(cap)}": cap for cap in build_capabilities()}  # "sm_90": "9.0a"
+BLACKWELL_CAPABILITIES = {compute_capability(c): c for c in build_capabilities() if compute_capability(c) >= 100}
 
 # The kinds of GEMM the staged backend serves (csrc/gemm/staged.cu): NVFP4 outputs with each
 # finishing step, and GeGLU.

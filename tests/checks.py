@@ -52,16 +52,19 @@ def assert_same_results(actual: object, expected: object, what: str) -> None:
 
 
 class OpRecorder(TorchDispatchMode):
-    """Records the package's ops dispatched while active (fp4-gemm's namespace only)."""
+    """Records the package's ops dispatched while active (fp4-gemm's namespace only): their names, and
+    their arguments."""
 
     def __init__(self, namespace: str) -> None:
         super().__init__()
         self.namespace = namespace
         self.called: list[str] = []
+        self.arguments: list[tuple] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.namespace == self.namespace:
             self.called.append(func._opname)
+            self.arguments.append(tuple(args))
         return func(*args, **(kwargs or {}))
 
 

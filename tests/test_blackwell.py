@@ -4,7 +4,7 @@ No GPU here runs sm_100a, sm_110a or sm_120a code, so these tests check what can
 - the machine code: the built library holds, for every arch and operand format, the CUTLASS
   kernels of the instantiation table, and each one issues the block-scaled MMA of its format
   (disassembled with cuobjdump + nvdisasm from the PyPI packages of requirements.txt);
-- the host-side rules: which problems each arch's backend serves (ops.gemm_backend asks the same
+- the host-side rules: which problems each arch's backend serves (GemmCall.backends asks the same
   supports() predicate dispatch uses), which kernel the dispatch picks for a problem (its
   CUTLASS-free headers compiled into a small host program), and the scale layout the kernels are
   handed.
@@ -22,10 +22,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from cases import STAGED_KINDS
+from cases import BLACKWELL_CAPABILITIES, STAGED_KINDS
 from conftest import ROOT, variant_dir, variant_metadata
 
-BLACKWELL = {100: "10.0a", 110: "11.0a", 120: "12.0a"}
+BLACKWELL = BLACKWELL_CAPABILITIES  # cc -> capability: 100 -> "10.0a", ...
 FORMATS = ("mxfp8", "mxfp4", "nvfp4")
 BACKENDS = {cc: f"sm{cc}_cutlass" for cc in BLACKWELL}
 
@@ -41,28 +41,19 @@ def require_built(cc: int) -> None:
 
 # ---- the instantiation table (csrc/gemm/blackwell_args.h: blackwell_tile_built) -------------------
 
-TILES = ("default", "widen", "pingpong")
+
+def kernel_count(dispatch_probe, cc: int, fmt: str) -> int:
+    """The kernels the C++ instantiation table builds for an arch and format (the dispatch probe
+    below counts blackwell_tile_built and kHasGroupedKernel over every output type and tile)."""
+    return dispatch_probe["tables"][(cc, fmt)]
 
 
-def tile_built(cc: int, fmt: str, tile: str) -> bool:
-    """Mirror of blackwell_tile_built for the variants' tiles (bf16 and fp16 kernels): sm120 alone has
-    pingpong, and no MXFP8 widen tile (one pipeline stage would fit its shared memory)."""
-    if tile == "pingpong":
-        return cc == 120
-    if tile == "widen":
-        return cc != 120 or fmt != "mxfp8"
-    return True
-
-
-def kernel_count(cc: int, fmt: str) -> int:
-    """Per output type (bf16, fp16): one kernel per built tile, plus the grouped (masked and contiguous)
-    kernel; NVFP4 adds the float32 stage of the staged backend (default tile) and the stream-K kernel
-    of the streamk functions (bf16, default tile under CUTLASS's stream-K scheduler)."""
-    return 2 * (sum(tile_built(cc, fmt, tile) for tile in TILES) + 1) + 2 * (fmt == "nvfp4")
-
-
-def test_instantiation_table_counts():
-    assert [kernel_count(cc, f) for cc in BLACKWELL for f in FORMATS] == [6, 6, 8, 6, 6, 8, 6, 8, 10]
+def test_instantiation_table_counts(dispatch_probe):
+    """Per output type (bf16, fp16): one kernel per built tile (sm120 alone has pingpong and no MXFP8
+    widen tile), plus the grouped (masked and contiguous) kernel; NVFP4 adds the float32 stage of the
+    staged backend (default tile) and the stream-K kernel of the streamk functions (bf16)."""
+    counts = [kernel_count(dispatch_probe, cc, f) for cc in BLACKWELL for f in FORMATS]
+    assert counts == [6, 6, 8, 6, 6, 8, 6, 8, 10]
 
 
 # ---- machine code -----------------------------------------------------------------------------
@@ -155,10 +146,10 @@ def scaled_mma(cc: int, fmt: str) -> re.Pattern:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("cc", BLACKWELL)
-def test_library_has_each_blackwell_kernel_of_the_table(cc, fmt):
+def test_library_has_each_blackwell_kernel_of_the_table(dispatch_probe, cc, fmt):
     require_built(cc)
     formats = [f for f, _ in blackwell_kernels(cc).values()]
-    assert formats.count(fmt) == kernel_count(cc, fmt), f"sm_{cc}a {fmt}: {formats.count(fmt)} kernels"
+    assert formats.count(fmt) == kernel_count(dispatch_probe, cc, fmt), f"sm_{cc}a {fmt}: {formats.count(fmt)}"
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -208,15 +199,11 @@ def test_sm100_and_sm110_kernels_are_distinct_symbols():
     assert argument_kernels[0] and argument_kernels[0].isdisjoint(argument_kernels[1])
 
 
-# ---- which problems the backends serve (host-side: ops.gemm_backend asks supports()) ------------
+# ---- which problems the backends serve (host-side: GemmCall.backends asks supports()) ------------
 
 
 def backend(fp4, cc, a_format="nvfp4", b_format=None, m=256, n=4096, k=4096, **kind) -> str:
-    kind = {"b_interleaved": False, "grouping": "dense", "activation": "none", "out_format": "bf16"} | kind
-    return fp4._ops.ops.gemm_backend(
-        cc, a_format, b_format or a_format, kind["b_interleaved"], kind["grouping"], kind["activation"],
-        kind["out_format"], kind.get("schedule", "auto"), m, n, k,
-    )  # fmt: skip
+    return fp4._gemm.described_call(a_format, b_format, m=m, n=n, k=k, **kind).backend(cc)
 
 
 @pytest.mark.parametrize("out_format", ["bf16", "fp16"])
@@ -228,7 +215,7 @@ def test_backend_serves_dense_gemms_of_every_format_and_epilogue(fp4, cc, fmt, a
     assert backend(fp4, cc, fmt, activation=activation, out_format=out_format) == BACKENDS[cc]
 
 
-@pytest.mark.parametrize("schedule", ["auto", "streamk", "m256", "mrows", "skinny"])
+@pytest.mark.parametrize("schedule", ["auto", "streamk", "m256"])
 @pytest.mark.parametrize("cc", BLACKWELL)
 def test_backend_serves_every_schedule_of_row_major_weights(fp4, cc, schedule):
     """A schedule picks how a GEMM runs, never what it computes: the tile kernels serve them all."""
@@ -240,8 +227,9 @@ def test_backend_serves_every_schedule_of_row_major_weights(fp4, cc, schedule):
 
 # A host program over the dispatch headers, with a stand-in kernel table that names what it visits:
 # one line per problem kind and arch, "<grouping> <variant> | <kernel, schedule auto> | <kernel,
-# schedule streamk>" (BlackwellKernelId's describe()). Those headers are CUTLASS-free; nvcc only
-# because they pull in the package's launch helpers.
+# schedule streamk>" (BlackwellKernelId's describe()), then the instantiation table's kernel count
+# per arch and format. Those headers are CUTLASS-free; nvcc only because they pull in the package's
+# launch helpers.
 DISPATCH_PROBE = r"""
 #include <cstdio>
 
@@ -278,17 +266,39 @@ void print_choices() {
           }
 }
 
+// "table <cc> <format> <kernels>": the kernels the instantiation table builds for an arch and format.
+template <GemmArch Arch>
+void print_table() {
+  constexpr BlackwellTile kTiles[] = {BlackwellTile::Default, BlackwellTile::Widen, BlackwellTile::Pingpong,
+                                      BlackwellTile::StreamK};
+  constexpr int kGrouped = kHasGroupedKernel<OutFormat::Bf16, BlackwellTile::Default> +
+                           kHasGroupedKernel<OutFormat::Fp16, BlackwellTile::Default> +
+                           kHasGroupedKernel<OutFormat::Fp32, BlackwellTile::Default>;
+  const char* names[] = {"mxfp8", "mxfp4", "nvfp4"};
+  const OperandFormat formats[] = {OperandFormat::Mxfp8, OperandFormat::Mxfp4, OperandFormat::Nvfp4};
+  for (int f = 0; f < 3; ++f) {
+    int kernels = kGrouped;
+    for (OutFormat out : {OutFormat::Bf16, OutFormat::Fp16, OutFormat::Fp32})
+      for (BlackwellTile tile : kTiles) kernels += blackwell_tile_built(Arch, formats[f], out, tile);
+    std::printf("table %d %s %d\n", static_cast<int>(Arch), names[f], kernels);
+  }
+}
+
 int main() {
   print_choices<GemmArch::Sm100>();
   print_choices<GemmArch::Sm110>();
   print_choices<GemmArch::Sm120>();
+  print_table<GemmArch::Sm100>();
+  print_table<GemmArch::Sm110>();
+  print_table<GemmArch::Sm120>();
 }
 """
 
 
 @pytest.fixture(scope="module")
-def dispatch_choices(tmp_path_factory) -> list[tuple[str, str, str]]:
-    """(grouping, kernel with schedule auto, kernel with schedule streamk) of every probed kind."""
+def dispatch_probe(tmp_path_factory) -> dict:
+    """What the dispatch headers decide, from the probe: "choices", (grouping, kernel with schedule
+    auto, kernel with schedule streamk) of every probed kind; "tables", (cc, format) -> kernels built."""
     nvcc = nvidia_tool("nvcc") or str(Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc")
     if not Path(nvcc).is_file():
         pytest.skip("nvcc not found: the dispatch probe compiles the Blackwell dispatch headers")
@@ -297,11 +307,20 @@ def dispatch_choices(tmp_path_factory) -> list[tuple[str, str, str]]:
     command = [nvcc, "-std=c++17", f"-I{ROOT}", str(work / "probe.cu"), "-o", str(work / "probe")]
     subprocess.run(command, check=True, capture_output=True, text=True)
     lines = subprocess.run([str(work / "probe")], check=True, capture_output=True, text=True).stdout.splitlines()
-    choices = []
+    choices, tables = [], {}
     for line in lines:
+        if line.startswith("table "):
+            _, cc, fmt, kernels = line.split()
+            tables[(int(cc), fmt)] = int(kernels)
+            continue
         kind, auto, streamk = (part.strip() for part in line.split("|"))
         choices.append((kind.split()[0], auto, streamk))
-    return choices
+    return {"choices": choices, "tables": tables}
+
+
+@pytest.fixture(scope="module")
+def dispatch_choices(dispatch_probe) -> list[tuple[str, str, str]]:
+    return dispatch_probe["choices"]
 
 
 @pytest.mark.parametrize("cc", BLACKWELL)
@@ -373,7 +392,7 @@ def test_grouped_nvfp4_outputs_stay_with_the_reference(fp4, cc, grouping):
         {"out_format": "nvfp4"},  # the staged backend's (a float32 stage)
         {"activation": "geglu", "out_format": "nvfp4_from_fp16"},  # the staged backend's
         {"activation": "geglu"},  # pairs columns: not per element
-        {"b_interleaved": True, "schedule": "gemv", "m": 1},  # the streaming weight layout
+        {"b_interleaved": True, "m": 1},  # the streaming weight layout
         {"a_format": "nvfp4", "b_format": "e0m3", "out_format": "fp16"},  # no E0M3 MMA
         {"a_format": "mxfp8", "b_format": "mxfp4"},  # mixed operand formats
     ],
@@ -413,7 +432,7 @@ def test_backends_run_only_on_their_own_arch(fp4, cc):
     [
         "dense_gemm",
         "nvfp4_gemm_bf16",
-        "nvfp4_gemm_bias_residual_fp16",
+        "nvfp4_gemm_residual_bf16",
         "batch_gemm",
         "group_masked_gemm",
         "group_contiguous_gemm",
@@ -423,6 +442,20 @@ def test_backends_run_only_on_their_own_arch(fp4, cc):
 def test_capabilities_call_the_served_functions_compile_verified(fp4, cc, function):
     require_built(cc)
     assert fp4.capabilities()["functions"][function][f"sm_{cc}"] == "native (compile-verified)"
+
+
+@pytest.mark.parametrize("function", ["nvfp4_gemm_bias_bf16", "nvfp4_gemm_bias_residual_fp16"])
+@pytest.mark.parametrize("cc", BLACKWELL)
+def test_capabilities_call_bias_functions_reference_where_a_bias_dtype_runs_the_reference(fp4, cc, function):
+    """The epilogue reads the bias in the output type: the function's calls with another bias dtype
+    (it accepts bf16, fp16 and float32) run the reference, so the function is not native there."""
+    require_built(cc)
+    calls = fp4._capabilities.gemm_calls(function)
+    out_dtype = calls[0].out.dtype
+    for call in calls:
+        served = call.backend(cc) != ""
+        assert served == (call.bias.dtype == out_dtype or call.a.shape[0] <= 16), f"bias {call.bias.dtype}"
+    assert fp4.capabilities()["functions"][function][f"sm_{cc}"] == "reference"
 
 
 # ---- the scale layout handed to CUTLASS --------------------------------------------------------

@@ -15,12 +15,13 @@ import re
 import pytest
 import torch
 from api_cases import CASES, make_call, nvfp4_operand
+from cases import ARCH_CAPABILITIES, build_capabilities
 from checks import OpRecorder
 from conftest import variant_metadata
 
 pytestmark = pytest.mark.kernels_ci
 
-ARCHS = {"sm_90": "9.0a", "sm_100": "10.0a", "sm_110": "11.0a", "sm_120": "12.0a"}
+ARCHS = ARCH_CAPABILITIES  # "sm_90": "9.0a", ... from build.toml
 PLACES = (*ARCHS, "cpu")
 STATUSES = ("native", "native (compile-verified)", "reference", "unsupported")
 RUN_ARCH = "sm_90"  # the arch whose kernels ran in this package's tests (an H200)
@@ -78,7 +79,7 @@ STAGED = (
 )
 
 # the grouped GEMMs the Blackwell backends serve with CUTLASS's grouped (ptr-array) or L-mode kernels
-BLACKWELL = ("sm_100", "sm_110", "sm_120")
+BLACKWELL = tuple(arch for arch in ARCHS if arch != RUN_ARCH)
 BLACKWELL_GROUPED = ("batch_gemm", "group_contiguous_gemm", "group_masked_gemm")
 
 
@@ -165,7 +166,7 @@ def test_capabilities_gemm_status_is_the_backend_query_on_every_built_arch(fp4, 
         if arch not in built_archs():
             assert status[arch] == "unsupported", f"{name} on {arch}"
             continue
-        served = all(fp4._capabilities.gemm_backend(kind, arch) for kind in fp4._capabilities.GEMM_KINDS[name])
+        served = all(call.backend(int(arch[3:])) for call in fp4._capabilities.gemm_calls(name))
         assert status[arch].startswith("native") == served, f"{name} on {arch}: {status[arch]}"
 
 
@@ -202,6 +203,16 @@ def test_capabilities_status_agrees_with_the_registration_of_the_op_it_dispatche
 
 
 # ---- archs ------------------------------------------------------------------------------------
+
+
+def test_supported_cuda_capabilities_are_build_toml_s(fp4):
+    assert fp4._capabilities.SUPPORTED_CUDA_CAPABILITIES == build_capabilities()
+    assert fp4._capabilities.ARCHS == ARCHS
+
+
+def test_gemm_backend_archs_are_the_built_capabilities(fp4):
+    built = {cc for cc in variant_metadata()["backend"]["archs"]}
+    assert {f"sm_{cc}" for cc in fp4.ops.gemm_backend_archs()} == {a for a, cc in ARCHS.items() if cc in built}
 
 
 def test_capabilities_built_cuda_capabilities_are_the_build_metadata(fp4):

@@ -54,21 +54,15 @@ def operand(ref, fmt: str, rows: int, k: int, seed: int) -> tuple[torch.Tensor, 
     return ref.quantize(x, ref.FORMATS[fmt], swizzle=True)
 
 
-def call_gemm(op, a, b, sfa, sfb, a_format: str, out: torch.Tensor, alpha_scale=1.0, b_format="e0m3") -> None:
-    """op (gemm's schema) on a dense problem with an fp16 output and no epilogue but alpha_scale."""
-    op(
-        a, b, sfa, sfb, a_format, b_format, False, "dense", None, 0, None, alpha_scale, None, None, "none",
-        out, None, "fp16", "auto", -1, -1, 0, 0, None, False,
-    )  # fmt: skip
-
-
-def on_backend(fp4, name: str):
-    """ops.gemm with the named backend (ops.gemm_on)."""
-    return lambda *args: fp4._ops.ops.gemm_on(name, *args)
+def e0m3_call(fp4, a, b, sfa, sfb, a_format: str, out: torch.Tensor, alpha_scale=1.0, b_format="e0m3"):
+    """A dense GEMM with an fp16 output and no epilogue but alpha_scale."""
+    return fp4._gemm.GemmCall(
+        a, b, sfa, sfb, a_format, b_format, alpha_scale=alpha_scale, out=out, out_format="fp16", pdl=False
+    )
 
 
 def backend(fp4, cc: int, a_format: str, m: int, n: int = 4096, k: int = 4096) -> str:
-    return fp4._ops.ops.gemm_backend(cc, a_format, "e0m3", False, "dense", "none", "fp16", "auto", m, n, k)
+    return fp4._gemm.described_call(a_format, "e0m3", m=m, n=n, k=k, out_format="fp16").backend(cc)
 
 
 # ---- host-side --------------------------------------------------------------------------------
@@ -131,7 +125,7 @@ def test_split_backend_is_within_the_bound_over_k_prime_terms(fp4, ref, a_format
     outs = []
     for _ in range(2):
         out = poisoned_like(torch.empty(m, n, dtype=torch.float16, device="cuda"))
-        call_gemm(on_backend(fp4, "e0m3_split"), *operands, a_format, out, alpha_scale=0.5)
+        e0m3_call(fp4, *operands, a_format, out, alpha_scale=0.5).run_on("e0m3_split")
         outs.append(out.cpu())
     split = (2 if a_format == "e0m3" else 1) * 2
     assert_within_bound(outs[0], 0.5 * a_dq @ b_dq.T, 0.5 * a_dq, b_dq, f"split {a_format} {mnk}", terms=split * k)
@@ -143,6 +137,6 @@ def test_gemm_on_refuses_a_backend_that_does_not_serve_the_problem(fp4, ref):
     a, sfa = (t.cuda() for t in operand(ref, "nvfp4", 32, 64, seed=3))
     out = torch.empty(32, 32, dtype=torch.float16, device="cuda")
     with pytest.raises(RuntimeError, match="does not serve this problem"):
-        call_gemm(on_backend(fp4, "e0m3_split"), a, a, sfa, sfa, "nvfp4", out, b_format="nvfp4")  # no E0M3 operand
+        e0m3_call(fp4, a, a, sfa, sfa, "nvfp4", out, b_format="nvfp4").run_on("e0m3_split")  # no E0M3 operand
     with pytest.raises(RuntimeError, match="no backend named"):
-        call_gemm(on_backend(fp4, "no_such_backend"), a, a, sfa, sfa, "nvfp4", out)
+        e0m3_call(fp4, a, a, sfa, sfa, "nvfp4", out).run_on("no_such_backend")

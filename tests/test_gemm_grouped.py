@@ -27,7 +27,7 @@ requires_sm90 = pytest.mark.skipif(
 def backend(fp4, grouping: str, fmt: str, rows: int, n: int, k: int) -> str:
     if 90 not in fp4._ops.ops.gemm_backend_archs():
         pytest.skip("this build has no sm_90 code (built with --archs)")
-    return fp4._ops.ops.gemm_backend(90, fmt, fmt, False, grouping, "none", "bf16", "auto", rows, n, k)
+    return fp4._gemm.described_call(fmt, m=rows, n=n, k=k, grouping=grouping).backend(90)
 
 
 # ---- which problems the engine serves (host-side: runs without a GPU) ---------------------------
@@ -386,11 +386,11 @@ def test_masked_gemm_of_bf16_activations_is_within_the_bound(fp4, ref, b_format)
     w = Weights(fp4, ref, mode, experts, n, k)
     counts = [200, 0, 77]
     out = poisoned_like(torch.empty(experts * max_m, n, dtype=torch.bfloat16, device="cuda"))
-    fp4.ops.gemm(
-        a, w.values, torch.empty(0, dtype=torch.uint8, device="cuda"), w.scales, "bf16", b_format, False, "masked",
-        torch.tensor(counts, dtype=torch.int32, device="cuda"), max_m, w.alpha, 1.0, w.bias, None, "none", out, None,
-        "bf16", "auto", -1, -1, 0, 0, None, False,
-    )  # fmt: skip
+    masked_m = torch.tensor(counts, dtype=torch.int32, device="cuda")
+    fp4._gemm.GemmCall(
+        a, w.values, None, w.scales, "bf16", b_format, grouping="masked", group_index=masked_m, group_rows=max_m,
+        alpha=w.alpha, bias=w.bias, out=out,
+    ).run()
     owned = torch.zeros(experts * max_m, dtype=torch.bool, device="cuda")
     for e, rows in enumerate(masked_rows(counts, max_m)):
         assert_group_rows(out, a.double(), w, e, rows, f"w4a16 masked {b_format}")

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from api_cases import mode_operand, nvfp4_operand
-from checks import assert_nvfp4_output_within_bound, assert_within_bound, gelu64
+from api_cases import make_call, mode_operand, nvfp4_operand
+from checks import OpRecorder, assert_nvfp4_output_within_bound, assert_within_bound, gelu64
 
 pytestmark = pytest.mark.kernels_ci
 
@@ -173,17 +173,62 @@ def test_e0m3_weight_gemm_decodes_integer_weights(fp4, ref, a_format):
     assert_within_bound(out, rows_matmul(a_dq, b_dq), a_dq, b_dq, f"e0m3 a_format={a_format}")
 
 
-def test_schedule_variants_compute_the_same_result(fp4):
-    a, b, sfa, sfb = nvfp4_pair(16, 64, 256, seed=15)
-    base = fp4.nvfp4_gemm_bf16(a, b, sfa, sfb, alpha=1.5)
-    same = [
-        fp4.nvfp4_gemm_streamk_bf16(a, b, sfa, sfb, alpha=1.5),
-        fp4.fp4_w4a16_linear_bf16(a, b, sfa, sfb, alpha=1.5),
-        fp4.nvfp4_gemm_variant_bf16(a, b, sfa, sfb, alpha=1.5, variant=2),
-        fp4.fp4_w4a4_gemm_warpsplit_mrows_bf16(a, b, sfa, sfb, alpha=1.5, warps=4),
-    ]
-    for i, out in enumerate(same):
-        assert torch.equal(out, base), f"schedule {i}"
+# function, its schedule arguments -> what the GemmCall it issues says: (schedule, variant, warps, stages)
+SCHEDULE_CALLS = [
+    ("nvfp4_gemm_bf16", {"variant": 1}, ("auto", 1, 0, 0)),
+    ("nvfp4_gemm_fp16", {"variant": 0}, ("auto", 0, 0, 0)),
+    ("nvfp4_gemm_variant_bf16", {"variant": 2}, ("auto", 2, 0, 0)),
+    ("nvfp4_gemm_streamk_bf16", {}, ("streamk", -1, 0, 0)),
+    ("nvfp4_gemm_streamk_bias_bf16", {}, ("streamk", -1, 0, 0)),
+    ("fp4_w4a4_gemm_warpsplit_mrows_bf16", {"warps": 2, "stages": 3}, ("auto", -1, 2, 3)),
+    ("fp4_w4a4_gemv_warpsplit_interleaved_bf16", {"warps": 2, "stages": 5}, ("auto", -1, 2, 5)),
+    ("nvfp4_gemm_m256_bf16", {}, ("m256", -1, 0, 0)),
+]
+
+
+@pytest.mark.parametrize("name, knobs, issued", SCHEDULE_CALLS, ids=[c[0] for c in SCHEDULE_CALLS])
+def test_schedule_arguments_reach_the_gemm_call(fp4, name, knobs, issued):
+    args, kwargs = make_call(name, "cpu")
+    with OpRecorder(fp4.ops.name) as recorder:
+        getattr(fp4, name)(*args, **kwargs | knobs)
+    (call,) = [fp4._gemm.GemmCall(*a) for n, a in zip(recorder.called, recorder.arguments, strict=True) if n == "gemm"]
+    assert (call.schedule, call.variant, call.warps, call.stages) == issued, name
+
+
+def schedule_case(fp4, ref, name: str, knobs: dict, device: str) -> tuple:
+    """(the function's output on `device`, its float64 expectation, A and B dequantized): M = 300 (the
+    engines, stream-K), the tiers at their own M."""
+    m = {"fp4_w4a4_gemm_warpsplit_mrows_bf16": 16, "fp4_w4a4_gemv_warpsplit_interleaved_bf16": 1}.get(name, 300)
+    m = 512 if name == "nvfp4_gemm_m256_bf16" else m
+    a, b, sfa, sfb = nvfp4_pair(m, 136, 512, seed=15)
+    expected = 1.5 * rows_matmul(dq(ref, a, sfa), dq(ref, b, sfb))
+    weight = ref.interleave_rows(b) if "interleaved" in name else b
+    extra = []
+    if "bias" in name:
+        bias = torch.randn(136).to(torch.bfloat16)
+        expected, extra = expected + bias.double(), [bias]
+    if name == "nvfp4_gemm_m256_bf16":
+        knobs = knobs | {
+            "workspace": torch.zeros(fp4.nvfp4_gemm_m256_workspace_size(a, b, sfa, sfb), dtype=torch.uint8)
+        }
+    moved = [t.to(device) for t in (a, weight, sfa, sfb, *extra)]
+    out = getattr(fp4, name)(
+        *moved, alpha=1.5, **{k: v.to(device) if torch.is_tensor(v) else v for k, v in knobs.items()}
+    )
+    return out.cpu(), expected, dq(ref, a, sfa) * 1.5, dq(ref, b, sfb)
+
+
+@pytest.mark.parametrize("name, knobs, issued", SCHEDULE_CALLS, ids=[c[0] for c in SCHEDULE_CALLS])
+def test_every_schedule_is_within_the_bound_on_the_cpu(fp4, ref, name, knobs, issued):
+    out, expected, a_dq, b_dq = schedule_case(fp4, ref, name, knobs, "cpu")
+    assert_within_bound(out, expected, a_dq, b_dq, name)
+
+
+@pytest.mark.parametrize("name, knobs, issued", SCHEDULE_CALLS, ids=[c[0] for c in SCHEDULE_CALLS])
+def test_every_schedule_is_within_the_bound_on_the_gpu(fp4, ref, device, name, knobs, issued):
+    """The real dispatch: each schedule on the backend that serves it there (stream-K, the tiers)."""
+    out, expected, a_dq, b_dq = schedule_case(fp4, ref, name, knobs, device)
+    assert_within_bound(out, expected, a_dq, b_dq, name)
 
 
 def test_interleaved_gemv_equals_the_standard_layout(fp4):
@@ -205,13 +250,10 @@ def test_streaming_layout_places_tiles_as_documented(ref):
     assert torch.equal(ref.deinterleave_rows(streamed), b.to(torch.uint8))
 
 
-def test_m256_tier_matches_the_plain_gemm(fp4):
-    a, b, sfa, sfb = nvfp4_pair(512, 32, 64, seed=17)
-    workspace = torch.zeros(fp4.nvfp4_gemm_m256_workspace_size(a, b, sfa, sfb), dtype=torch.uint8)
-    assert workspace.numel() == 256  # ceil(4 * 4 * 1 / 256) * 256
-    assert torch.equal(
-        fp4.nvfp4_gemm_m256_bf16(a, b, sfa, sfb, workspace=workspace), fp4.nvfp4_gemm_bf16(a, b, sfa, sfb)
-    )
+def test_m256_workspace_is_one_int32_per_output_tile_in_256_byte_units(fp4):
+    for m, n, size in [(512, 32, 256), (512, 129, 256), (8192, 8192, 16384), (640, 4096, 768)]:
+        a, b, sfa, sfb = nvfp4_pair(m, n, 64, seed=17)
+        assert fp4.nvfp4_gemm_m256_workspace_size(a, b, sfa, sfb) == size, f"{m=} {n=}"
 
 
 def test_caller_output_buffers_are_written_and_returned(fp4):

@@ -4,7 +4,7 @@ M in 1..16, N at its alignment and large, every operand format, epilogue and out
 GEMV on the streaming layout, K tails, NaN scales; outputs poisoned first; bitwise equal run to run,
 with and without a K split, and under CUDA graph replay; the native repack bit for bit.
 
-Which backend serves a problem is asked from the build (ops.gemm_backend): those tests run without a
+Which backend serves a problem is asked from the build (GemmCall.backends): those tests run without a
 GPU."""
 
 from __future__ import annotations
@@ -13,21 +13,18 @@ import functools
 
 import pytest
 import torch
+from cases import build_capabilities, compute_capability
 from checks import POISON_BYTE, assert_bitwise_equal, assert_within_bound, poisoned_like, ulp
 from conftest import requires_cuda
 
 MODES = {"mxfp8": "w8a8-mxfp8", "mxfp4": "w4a4-mxfp4", "nvfp4": "w4a4-nvfp4"}
 OPERAND_PAIRS = [("nvfp4", "nvfp4"), ("mxfp4", "mxfp4"), ("mxfp8", "mxfp8"), ("nvfp4", "e0m3"), ("e0m3", "e0m3")]
-ARCHS = (90, 100, 110, 120)
+ARCHS = tuple(compute_capability(cap) for cap in build_capabilities())  # 90, 100, ... from build.toml
 GELU_SLOPE = 1.13  # the largest slope of the erf GELU: an error of its input carries over at most that much
 
 
 def backend(fp4, a_format="nvfp4", b_format="nvfp4", m=4, n=4096, k=4096, cc=90, **kind) -> str:
-    kind = {"b_interleaved": False, "grouping": "dense", "activation": "none", "out_format": "bf16"} | kind
-    return fp4.ops.gemm_backend(
-        cc, a_format, b_format, kind["b_interleaved"], kind["grouping"], kind["activation"], kind["out_format"],
-        kind.get("schedule", "auto"), m, n, k,
-    )  # fmt: skip
+    return fp4._gemm.described_call(a_format, b_format, m=m, n=n, k=k, **kind).backend(cc)
 
 
 # ---- which problems the skinny kernels serve (host-side predicate: runs without a GPU) ----------
@@ -43,14 +40,14 @@ def test_skinny_serves_every_dense_problem_of_up_to_16_rows_on_every_arch(fp4, c
                 assert got == "skinny", f"M={m} {activation} {out_format}: {got!r}"
 
 
-@pytest.mark.parametrize("schedule", ["auto", "streamk", "skinny", "mrows"])
+@pytest.mark.parametrize("schedule", ["auto", "streamk"])
 def test_skinny_serves_every_schedule_of_the_tier(fp4, schedule):
     assert backend(fp4, m=16, schedule=schedule) == "skinny"
 
 
 def test_skinny_serves_the_interleaved_gemv_at_its_alignment(fp4):
-    assert backend(fp4, m=1, n=8, k=64, b_interleaved=True, schedule="gemv") == "skinny"
-    assert backend(fp4, m=1, n=4104, k=4160, b_interleaved=True, schedule="gemv") == "skinny"
+    assert backend(fp4, m=1, n=8, k=64, b_interleaved=True) == "skinny"
+    assert backend(fp4, m=1, n=4104, k=4160, b_interleaved=True) == "skinny"
 
 
 @pytest.mark.parametrize(
@@ -83,12 +80,10 @@ def test_skinny_leaves_mismatched_operand_formats_alone(fp4):
 
 
 def quantize(ref, fmt: str, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """CPU quantization by the reference, with the scale buffer the public functions of fmt take."""
-    if fmt == "nvfp4":
-        return ref.quantize_fp4_sfa_bf16(x)
-    if fmt == "e0m3":
-        return ref.quantize_e0m3_sfa_fp16(x.half())
-    return ref.group_wise_quant(x, MODES[fmt])
+    """CPU quantization by the reference, with the scale buffer the public functions of fmt take
+    (flat for NVFP4 and E0M3, the halops 2-D view for the MX formats)."""
+    values, scales = ref.quantize(x.half() if fmt == "e0m3" else x, ref.FORMATS[fmt], swizzle=True)
+    return values, scales.reshape(-1) if fmt in ("nvfp4", "e0m3") else scales
 
 
 def random_bf16(rows: int, cols: int, seed: int, scale: float = 1.0) -> torch.Tensor:
@@ -267,10 +262,10 @@ def test_relu2_and_gelu_with_16_bit_outputs_within_the_bound(fp4, ref, fmt, out_
     bias = random_bf16(1, n, 3).reshape(n).to(dtype)
     for activation in ("relu2", "gelu"):
         out = poisoned_out(m, n, dtype)
-        fp4.ops.gemm(
-            a, b, sfa, sfb, fmt, fmt, False, "dense", None, 0, None, 0.5, bias.cuda(), None, activation, out, None,
-            out_format, "auto", -1, -1, 0, 0, None, False,
-        )  # fmt: skip
+        fp4._gemm.GemmCall(
+            a, b, sfa, sfb, fmt, fmt, alpha_scale=0.5, bias=bias.cuda(), activation=activation, out=out,
+            out_format=out_format, pdl=False,
+        ).run()  # fmt: skip
         assert_epilogue_within_bound(out, ops, alpha=0.5, bias=bias, activation=activation, what=f"{fmt} {activation}")
 
 
@@ -294,10 +289,9 @@ def test_k_tails_ignore_the_scale_padding(fp4, ref, fmt, k):
         padding[ref.unswizzle_scales(torch.arange(flat.numel()), rows, nkb).reshape(-1).cuda()] = False
         flat[padding] = ref.FORMATS[scale_format].scale_nan
     out = poisoned_out(m, n, torch.float16)
-    fp4.ops.gemm(
-        a, b, sfa, sfb, "nvfp4" if fmt == "e0m3" else fmt, fmt, False, "dense", None, 0, None, 1.0, None, None, "none",
-        out, None, "fp16", "auto", -1, -1, 0, 0, None, False,
-    )  # fmt: skip
+    fp4._gemm.GemmCall(
+        a, b, sfa, sfb, "nvfp4" if fmt == "e0m3" else fmt, fmt, out=out, out_format="fp16", pdl=False
+    ).run()
     assert backend(fp4, "nvfp4" if fmt == "e0m3" else fmt, fmt, m=m, n=n, k=k) == "skinny"
     assert_within_bound(out.cpu(), ops.product(), ops.a_dq, ops.b_dq, f"{fmt} K={k}")
 

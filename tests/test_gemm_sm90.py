@@ -3,7 +3,7 @@ of float64 math on the exactly dequantized operands, for every operand format, e
 type and tile width; K tails; M and N not multiples of the tile; the spec's qualification shapes;
 NaN scales; outputs poisoned first; bitwise equal across runs and under CUDA graph replay.
 
-Which backend serves a problem is asked from the build (ops.gemm_backend), so these tests also say
+Which backend serves a problem is asked from the build (GemmCall.backends), so these tests also say
 when a problem falls back to the reference."""
 
 from __future__ import annotations
@@ -23,11 +23,7 @@ requires_sm90 = pytest.mark.skipif(
 def backend(fp4, a_format="nvfp4", b_format="nvfp4", m=256, n=4096, k=4096, **kind) -> str:
     if 90 not in fp4._ops.ops.gemm_backend_archs():
         pytest.skip("this build has no sm_90 code (built with --archs)")
-    kind = {"b_interleaved": False, "grouping": "dense", "activation": "none", "out_format": "bf16"} | kind
-    return fp4._ops.ops.gemm_backend(
-        90, a_format, b_format, kind["b_interleaved"], kind["grouping"], kind["activation"], kind["out_format"],
-        kind.get("schedule", "auto"), m, n, k,
-    )  # fmt: skip
+    return fp4._gemm.described_call(a_format, b_format, m=m, n=n, k=k, **kind).backend(90)
 
 
 # ---- which problems the engine serves (host-side predicate: runs without a GPU) ------------------
@@ -245,11 +241,7 @@ def test_weights_dequantized_once_to_bf16_are_within_the_bound(fp4, ref, mode, s
 
 def gemm_op(fp4, a, b, sfb, a_format: str, b_format: str, out, alpha: float = 1.0) -> None:
     """The `gemm` op with a bf16 A (no sfa) and a plain bf16 epilogue."""
-    no_sfa = torch.empty(0, dtype=torch.uint8, device=a.device)
-    fp4.ops.gemm(
-        a, b, no_sfa, sfb, a_format, b_format, False, "dense", None, 0, None, alpha, None, None, "none", out, None,
-        "bf16", "auto", -1, -1, 0, 0, None, False,
-    )  # fmt: skip
+    fp4._gemm.GemmCall(a, b, None, sfb, a_format, b_format, alpha_scale=alpha, out=out).run()
 
 
 @pytest.mark.parametrize("b_format", ["nvfp4", "mxfp4", "bf16"])

@@ -4,7 +4,7 @@ On the GPU each public function's output, written into poisoned buffers, is held
 docs/FORMATS.md bound plus one code step of float64 math on the exactly dequantized operands; the
 scale bytes of the padding rows are zero, and two runs are bitwise equal.
 
-Which backend serves a kind is asked from the build (ops.gemm_backend), for sm_90."""
+Which backend serves a kind is asked from the build (GemmCall.backends), for sm_90."""
 
 from __future__ import annotations
 
@@ -22,10 +22,8 @@ requires_sm90 = pytest.mark.skipif(
 
 
 def backend(fp4, m=256, n=4096, k=4096, **kind) -> str:
-    kind = {"grouping": "dense", "activation": "none", "out_format": "nvfp4"} | kind
-    return fp4._ops.ops.gemm_backend(
-        90, "nvfp4", "nvfp4", False, kind["grouping"], kind["activation"], kind["out_format"], "auto", m, n, k
-    )
+    kind = {"out_format": "nvfp4"} | kind
+    return fp4._gemm.described_call("nvfp4", m=m, n=n, k=k, **kind).backend(90)
 
 
 def require_sm90_build(fp4) -> None:

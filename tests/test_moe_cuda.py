@@ -60,7 +60,7 @@ def owned_rows(counts: list[int], m: int) -> torch.Tensor:
 
 def run_swiglu(fp4, x: torch.Tensor, counts: torch.Tensor, recipe: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The registered op on poisoned outputs of the shapes fused_swiglu_quant allocates."""
-    values, scales = fp4.reference.swiglu_quant_outputs(x.shape[0], x.shape[1] // 2, recipe == "nvfp4", x.device)
+    values, scales = fp4._halops.swiglu_quant_outputs(x.shape[0], x.shape[1] // 2, recipe == "nvfp4", x.device)
     values, scales = poisoned_like(values), poisoned_like(scales)
     fp4.ops.swiglu_quant(x, counts, recipe, values, scales)
     return values, scales
@@ -196,7 +196,7 @@ def permute_inputs(
 
 def run_permute(fp4, x, scale, ids, experts, max_token_num) -> tuple[torch.Tensor, ...]:
     """The registered op on poisoned outputs of the shapes prefill_permute_to_masked_gemm allocates."""
-    outputs = tuple(poisoned_like(t) for t in fp4.reference.permute_outputs(x, ids, experts, max_token_num))
+    outputs = tuple(poisoned_like(t) for t in fp4._halops.permute_outputs(x, ids, experts, max_token_num))
     fp4.ops.permute_to_masked(x, scale, ids, experts, max_token_num, *outputs)
     return outputs
 

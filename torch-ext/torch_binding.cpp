@@ -67,7 +67,7 @@ constexpr std::string_view kOperandFormats[] = {"mxfp8", "mxfp4", "nvfp4", "e0m3
 constexpr std::string_view kGroupings[] = {"dense", "batched", "contiguous", "masked"};
 constexpr std::string_view kActivations[] = {"none", "gelu", "relu2", "geglu"};
 constexpr std::string_view kOutFormats[] = {"bf16", "fp16", "nvfp4", "nvfp4_from_fp16"};
-constexpr std::string_view kSchedules[] = {"auto", "streamk", "skinny", "gemv", "mrows", "m256"};
+constexpr std::string_view kSchedules[] = {"auto", "streamk", "m256"};
 
 // Compute capability of a device, read once per device.
 int device_cc(c10::DeviceIndex index) {
@@ -298,9 +298,60 @@ fp4_gemm::GemmProblem gemm_kind(std::string_view a_format, std::string_view b_fo
   return problem;
 }
 
+// A tensor's address in the problem. A meta tensor (ops.gemm_backends asks about a call's shapes,
+// not its buffers) stands for a 4096-byte aligned buffer: supports() reads presence and alignment.
+void* address(const at::Tensor& t) { return t.is_meta() ? reinterpret_cast<void*>(uintptr_t{1} << 12) : t.data_ptr(); }
+
 template <class T>
-const T* optional_ptr(const std::optional<at::Tensor>& t) {
-  return t.has_value() ? static_cast<const T*>(t->data_ptr()) : nullptr;
+T* optional_address(const std::optional<at::Tensor>& t) {
+  return t.has_value() ? static_cast<T*>(address(*t)) : nullptr;
+}
+
+// The problem a `gemm` call describes (everything but the device and the scratch), from the op's
+// arguments (their meaning: the `gemm` schema below; Python: fp4_gemm/_gemm.py's GemmCall).
+fp4_gemm::GemmProblem describe_gemm(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& sfa,
+                                    const at::Tensor& sfb, std::string_view a_format, std::string_view b_format,
+                                    bool b_interleaved, std::string_view grouping,
+                                    const std::optional<at::Tensor>& group_index, int64_t group_rows,
+                                    const std::optional<at::Tensor>& alpha, double alpha_scale,
+                                    const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& residual,
+                                    std::string_view activation, const at::Tensor& out,
+                                    const std::optional<at::Tensor>& out_scales, std::string_view out_format,
+                                    std::string_view schedule, int64_t variant, int64_t sm_count, int64_t warps,
+                                    int64_t stages, bool pdl) {
+  using namespace fp4_gemm;
+  TORCH_CHECK(a.dim() >= 2 && b.dim() >= 2, "fp4_gemm.gemm: a and b must be at least 2-D");
+  GemmProblem problem = gemm_kind(a_format, b_format, b_interleaved, grouping, activation, out_format, schedule);
+  TORCH_CHECK(sfa.has_value() == block_scaled(problem.a.format),
+              "fp4_gemm.gemm: sfa is given exactly when A is block-scaled (not bf16)");
+  problem.k = a.size(-1) * a.element_size() * 8 / element_bits(problem.a.format);  // a bf16 A: K elements
+  problem.m = a.numel() / a.size(-1);
+  problem.n = b.size(-2);
+  problem.groups = b.dim() == 3 ? b.size(0) : 1;
+  problem.a.values = address(a);
+  problem.a.scales = optional_address<uint8_t>(sfa);
+  problem.b.values = address(b);
+  problem.b.scales = static_cast<uint8_t*>(address(sfb));
+  problem.group_index = optional_address<const int32_t>(group_index);
+  problem.group_rows = group_rows;
+  auto& epilogue = problem.epilogue;
+  epilogue.alpha = optional_address<const float>(alpha);
+  epilogue.alpha_count = alpha.has_value() ? alpha->numel() : 0;
+  epilogue.alpha_scale = static_cast<float>(alpha_scale);
+  if (bias.has_value()) {
+    epilogue.bias = address(*bias);
+    epilogue.bias_type = float_type(*bias);
+    epilogue.bias_per_group = bias->dim() > 1;
+  }
+  epilogue.residual = optional_address<const void>(residual);
+  epilogue.out = address(out);
+  epilogue.out_scales = optional_address<uint8_t>(out_scales);
+  problem.variant = static_cast<int>(variant);
+  problem.sm_count = static_cast<int>(sm_count);
+  problem.warps = static_cast<int>(warps);
+  problem.stages = static_cast<int>(stages);
+  problem.pdl = pdl;
+  return problem;
 }
 
 // The backend `gemm_on` names for the call in flight on this thread; empty: dispatch chooses.
@@ -335,61 +386,53 @@ struct GemmOn<void(Args...)> {
   }
 };
 
-// The arguments of `gemm`, `gemm_reference` and `gemm_on`.
+// Every backend of this build that would run a `gemm` call on compute capability cc, dispatch's
+// choice first (`describe_gemm` with cc in front); empty: the reference runs it. Host-side only.
+template <class Signature>
+struct GemmBackendsFor;
+
+template <class... Args>
+struct GemmBackendsFor<void(Args...)> {
+  static std::vector<std::string> call(int64_t cc, Args... args) {
+    using namespace fp4_gemm;
+    GemmProblem problem = describe_gemm(args...);
+    problem.cc = static_cast<int>(cc);
+    std::vector<std::string> names;
+    for (const auto& backend : gemm_backends()) {
+      if (arch_runs_on(backend.arch, problem.cc) && backend.supports(problem)) names.emplace_back(backend.name);
+    }
+    return names;
+  }
+};
+
+// The arguments of `gemm`, `gemm_reference`, `gemm_on` and `gemm_backends`.
 constexpr const char* kGemmArgs =
-    "Tensor a, Tensor b, Tensor sfa, Tensor sfb, str a_format, str b_format, bool b_interleaved, "
+    "Tensor a, Tensor b, Tensor? sfa, Tensor sfb, str a_format, str b_format, bool b_interleaved, "
     "str grouping, Tensor? group_index, int group_rows, Tensor? alpha, float alpha_scale, Tensor? bias, "
     "Tensor? residual, str activation, Tensor(a!) out, Tensor(b!)? out_scales, str out_format, str schedule, "
-    "int variant, int sm_count, int warps, int stages, Tensor(c!)? workspace, bool pdl";
+    "int variant, int sm_count, int warps, int stages, bool pdl";
 
-std::string gemm_schema(const std::string& head) { return head + kGemmArgs + ") -> ()"; }
+std::string gemm_schema(const std::string& head, const std::string& returns = "()") {
+  return head + kGemmArgs + ") -> " + returns;
+}
 
 }  // namespace
 
-void gemm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& sfa, const at::Tensor& sfb,
+void gemm_cuda(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& sfa, const at::Tensor& sfb,
                std::string_view a_format, std::string_view b_format, bool b_interleaved, std::string_view grouping,
                const std::optional<at::Tensor>& group_index, int64_t group_rows, const std::optional<at::Tensor>& alpha,
                double alpha_scale, const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& residual,
                std::string_view activation, at::Tensor& out, const std::optional<at::Tensor>& out_scales,
                std::string_view out_format, std::string_view schedule, int64_t variant, int64_t sm_count,
-               int64_t warps, int64_t stages, const std::optional<at::Tensor>& workspace, bool pdl) {
+               int64_t warps, int64_t stages, bool pdl) {
   using namespace fp4_gemm;
-  TORCH_CHECK(a.is_contiguous() && b.is_contiguous() && sfa.is_contiguous() && sfb.is_contiguous() &&
-                  out.is_contiguous() && a.dim() >= 2 && b.dim() >= 2,
+  TORCH_CHECK(a.is_contiguous() && b.is_contiguous() && (!sfa.has_value() || sfa->is_contiguous()) &&
+                  sfb.is_contiguous() && out.is_contiguous(),
               "fp4_gemm.gemm: operands, scales and out must be contiguous");
   const c10::cuda::CUDAGuard guard(a.device());
-  GemmProblem problem =
-      gemm_kind(a_format, b_format, b_interleaved, grouping, activation, out_format, schedule);
-  problem.k = a.size(-1) * a.element_size() * 8 / element_bits(problem.a.format);  // a bf16 A: K elements
-  problem.m = a.numel() / a.size(-1);
-  problem.n = b.size(-2);
-  problem.groups = b.dim() == 3 ? b.size(0) : 1;
-  problem.a.values = a.data_ptr();
-  problem.a.scales = sfa.data_ptr<uint8_t>();
-  problem.b.values = b.data_ptr();
-  problem.b.scales = sfb.data_ptr<uint8_t>();
-  problem.group_index = optional_ptr<int32_t>(group_index);
-  problem.group_rows = group_rows;
-  auto& epilogue = problem.epilogue;
-  epilogue.alpha = optional_ptr<float>(alpha);
-  epilogue.alpha_count = alpha.has_value() ? alpha->numel() : 0;
-  epilogue.alpha_scale = static_cast<float>(alpha_scale);
-  if (bias.has_value()) {
-    epilogue.bias = bias->data_ptr();
-    epilogue.bias_type = float_type(*bias);
-    epilogue.bias_per_group = bias->dim() > 1;
-  }
-  epilogue.residual = optional_ptr<void>(residual);
-  epilogue.out = out.data_ptr();
-  epilogue.out_scales = out_scales.has_value() ? out_scales->data_ptr<uint8_t>() : nullptr;
-  problem.variant = static_cast<int>(variant);
-  problem.sm_count = static_cast<int>(sm_count);
-  problem.warps = static_cast<int>(warps);
-  problem.stages = static_cast<int>(stages);
-  problem.workspace = workspace.has_value() ? workspace->data_ptr() : nullptr;
-  problem.workspace_bytes = workspace.has_value() ? workspace->nbytes() : 0;
-  problem.pdl = pdl;
-
+  GemmProblem problem = describe_gemm(a, b, sfa, sfb, a_format, b_format, b_interleaved, grouping, group_index,
+                                      group_rows, alpha, alpha_scale, bias, residual, activation, out, out_scales,
+                                      out_format, schedule, variant, sm_count, warps, stages, pdl);
   problem.cc = device_cc(a.get_device());
   if (const GemmBackend* backend = serving_backend(problem)) {
     at::Tensor scratch;  // lives until the launch is enqueued; the allocator orders reuse by stream
@@ -410,36 +453,13 @@ void gemm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& sfa, 
                                     .typed<decltype(gemm_cuda)>();
   reference.call(a, b, sfa, sfb, a_format, b_format, b_interleaved, grouping, group_index, group_rows, alpha,
                  alpha_scale, bias, residual, activation, out, out_scales, out_format, schedule, variant, sm_count,
-                 warps, stages, workspace, pdl);
+                 warps, stages, pdl);
 }
 
-std::string gemm_backend_name(int64_t cc, std::string_view a_format, std::string_view b_format, bool b_interleaved,
-                              std::string_view grouping, std::string_view activation, std::string_view out_format,
-                              std::string_view schedule, int64_t m, int64_t n, int64_t k) {
-  using namespace fp4_gemm;
-  GemmProblem problem = gemm_kind(a_format, b_format, b_interleaved, grouping, activation, out_format, schedule);
-  problem.m = m;
-  problem.n = n;
-  problem.k = k;
-  // Host-side predicates look at alignment only: any 256-byte aligned address stands for a buffer.
-  const auto* aligned = reinterpret_cast<uint8_t*>(uintptr_t{1} << 12);
-  problem.a.values = problem.b.values = aligned;
-  problem.a.scales = problem.b.scales = aligned;
-  problem.epilogue.out = const_cast<uint8_t*>(aligned);
-  // A grouped kind stands for kQueryGroups groups of m rows each, with the fields the halops
-  // functions set (group_rows for batched and masked, the device index for contiguous and masked).
-  constexpr int64_t kQueryGroups = 8;
-  if (problem.grouping != Grouping::Dense) {
-    problem.groups = kQueryGroups;
-    problem.m = m * kQueryGroups;
-    if (problem.grouping != Grouping::Contiguous) problem.group_rows = m;
-    if (problem.grouping != Grouping::Batched) problem.group_index = reinterpret_cast<const int32_t*>(aligned);
-  }
-  if (problem.epilogue.out_format == OutFormat::Nvfp4 || problem.epilogue.out_format == OutFormat::Nvfp4FromFp16) {
-    problem.epilogue.out_scales = const_cast<uint8_t*>(aligned);
-  }
-  const GemmBackend* backend = find_gemm_backend(problem, static_cast<int>(cc));
-  return backend == nullptr ? "" : backend->name;
+std::vector<std::string> gemm_backend_names() {
+  std::vector<std::string> names;
+  for (const auto& backend : fp4_gemm::gemm_backends()) names.emplace_back(backend.name);
+  return names;
 }
 
 std::vector<int64_t> gemm_backend_archs() {
@@ -463,10 +483,10 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.impl("dequantize", c10::kCUDA, &dequantize_cuda);
 
   // Every GEMM of both API families: out = encode(act(alpha_scale * alpha[g] * A @ B[g]^T + bias + residual)).
-  // grouping: dense | batched | contiguous (group_index = expert id per row) | masked (group_index =
-  // valid rows per group of group_rows). out_format: bf16 | fp16 | nvfp4 | nvfp4_from_fp16 (out_scales
-  // then receives the swizzled scales). schedule, variant, sm_count, warps, stages, workspace and pdl
-  // choose how a kernel runs, never what it computes.
+  // sfa: A's scales, absent for a bf16 A. grouping: dense | batched | contiguous (group_index = expert
+  // id per row) | masked (group_index = valid rows per group of group_rows). out_format: bf16 | fp16 |
+  // nvfp4 | nvfp4_from_fp16 (out_scales then receives the swizzled scales). schedule (auto | streamk |
+  // m256), variant, sm_count, warps, stages and pdl choose how a kernel runs, never what it computes.
   ops.def(gemm_schema("gemm(").c_str());
   ops.impl("gemm", c10::kCUDA, &gemm_cuda);
 
@@ -480,12 +500,13 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def(gemm_schema("gemm_on(str backend, ").c_str());
   ops.impl("gemm_on", c10::kCUDA, &GemmOn<decltype(gemm_cuda)>::call);
 
-  // Name of the backend that runs such a GEMM on compute capability cc ("" = the reference). A
-  // grouped kind (batched, contiguous, masked) asks about 8 groups of m rows each.
-  ops.def(
-      "gemm_backend(int cc, str a_format, str b_format, bool b_interleaved, str grouping, str activation, "
-      "str out_format, str schedule, int m, int n, int k) -> str",
-      &gemm_backend_name);
+  // Every backend of this build that would run that `gemm` call on compute capability cc, dispatch's
+  // choice first (empty: the reference). Host-side: it reads shapes, formats and the alignment of the
+  // buffers; meta tensors stand for aligned buffers, so a call can be described without memory.
+  ops.def(gemm_schema("gemm_backends(int cc, ", "str[]").c_str(), &GemmBackendsFor<decltype(gemm_cuda)>::call);
+
+  // Names of the GEMM backends compiled into this build, by priority (gemm_on's names).
+  ops.def("gemm_backend_names() -> str[]", &gemm_backend_names);
 
   // SwiGLU (input = [gate | up]) then quantization (recipe mxfp8 or nvfp4) of each group's first
   // counts[g] rows; other rows are not written.

@@ -27,16 +27,14 @@ void repack_cuda(const at::Tensor& b, at::Tensor& out);
 void tile_group_scales_cuda(const std::optional<at::Tensor>& group_index, int64_t group_rows, const at::Tensor& scales,
                             int64_t groups, int64_t nkb, at::Tensor& layout, at::Tensor& out_scales);
 
-void gemm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& sfa, const at::Tensor& sfb,
+void gemm_cuda(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& sfa, const at::Tensor& sfb,
                std::string_view a_format, std::string_view b_format, bool b_interleaved, std::string_view grouping,
                const std::optional<at::Tensor>& group_index, int64_t group_rows, const std::optional<at::Tensor>& alpha,
                double alpha_scale, const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& residual,
                std::string_view activation, at::Tensor& out, const std::optional<at::Tensor>& out_scales,
                std::string_view out_format, std::string_view schedule, int64_t variant, int64_t sm_count,
-               int64_t warps, int64_t stages, const std::optional<at::Tensor>& workspace, bool pdl);
+               int64_t warps, int64_t stages, bool pdl);
 
-std::string gemm_backend_name(int64_t cc, std::string_view a_format, std::string_view b_format, bool b_interleaved,
-                              std::string_view grouping, std::string_view activation, std::string_view out_format,
-                              std::string_view schedule, int64_t m, int64_t n, int64_t k);
+std::vector<std::string> gemm_backend_names();
 
 std::vector<int64_t> gemm_backend_archs();

@@ -39,7 +39,9 @@ __device__ __forceinline__ float activate(Activation act, float y) {
     case Activation::Gelu:
       return 0.5f * y * erfcf(-y * 0.70710678118654752f);
     case Activation::Relu2: {
-      const float r = fmaxf(y, 0.0f);
+      // relu(y)^2 with NaN kept, as the reference's torch.relu: NaN fails the comparison (fmaxf(NaN, 0)
+      // would give 0); -0 and -inf give 0.
+      const float r = y <= 0.0f ? 0.0f : y;
       return r * r;
     }
     default:

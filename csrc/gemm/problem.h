@@ -33,9 +33,9 @@ enum class Activation : int { None = 0, Gelu = 1, Relu2 = 2, Geglu = 3 };
 // output: it is the stage the staged backend has another backend write (staged.h).
 enum class OutFormat : int { Bf16 = 0, Fp16 = 1, Nvfp4 = 2, Nvfp4FromFp16 = 3, Fp32 = 4 };
 
-// The public function's schedule request. Auto lets dispatch choose; the others name a tier of
-// the flashrt-style API. None of them changes the result.
-enum class Schedule : int { Auto = 0, StreamK = 1, Skinny = 2, Gemv = 3, Mrows = 4, M256 = 5 };
+// The public function's schedule request: Auto lets dispatch choose; StreamK (the streamk functions)
+// and M256 (the M >= 512 tier) name a flashrt-style tier. None of them changes the result.
+enum class Schedule : int { Auto = 0, StreamK = 1, M256 = 2 };
 
 // Elements per scale block; a Bf16 operand has none (0), so callers take B's.
 inline constexpr int block_size(OperandFormat f) {
@@ -49,7 +49,7 @@ inline constexpr bool block_scaled(OperandFormat f) { return f != OperandFormat:
 // A block-scaled operand: row-major stored values and CUTLASS SfAtom scales (docs/FORMATS.md).
 struct GemmOperand {
   const void* values = nullptr;    // [rows, K * element_bits / 8] bytes, row pitch exactly that
-  const uint8_t* scales = nullptr;  // swizzled scales of all rows (B: of all groups' rows)
+  const uint8_t* scales = nullptr;  // swizzled scales of all rows (B: of all groups' rows); none for Bf16
   OperandFormat format = OperandFormat::Nvfp4;
 };
 
@@ -86,8 +86,6 @@ struct GemmProblem {
   int sm_count = -1;  // -1: all SMs of the device
   int warps = 0;      // skinny tiers: 0 picks
   int stages = 0;
-  void* workspace = nullptr;  // the caller's (the M >= 512 tier's workspace argument)
-  int64_t workspace_bytes = 0;
   bool pdl = false;
   // The compute capability of the device it runs on (the binding sets it; find_gemm_backend sets
   // the one it matches for on the problem supports() sees), so that a backend which dispatches in

@@ -3,20 +3,34 @@
 Per public function and arch, the status is "native" (a kernel of this build, run and tested on that
 arch), "native (compile-verified)" (a kernel of this build whose arch no GPU here could run),
 "reference" (the exact reference, run with PyTorch ops on the device) or "unsupported" (this build
-has no code for the arch).
+has no code for the arch). A GEMM function is native on an arch when a backend serves every call it
+makes for the representative arguments below (each M tier, bias dtype, residual dtype, mode and
+a_format it accepts): the calls are recorded from the public functions themselves, run on fake
+tensors (nothing is computed), and asked of the build's backends (GemmCall.backends).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+import itertools
 import json
-from dataclasses import astuple, dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from . import _validate, reference
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import _halops, _nvfp4, _validate, reference
+from ._gemm import _GEMM, OUT_DTYPES, GemmCall
 from ._ops import ops
 from ._registry import NATIVE_CUDA_OPS
 
-ARCHS = {"sm_90": "9.0a", "sm_100": "10.0a", "sm_110": "11.0a", "sm_120": "12.0a"}
+# Every CUDA capability the package builds for: build.toml's kernel sections (tests hold the two
+# equal); the sm_XX names of the status table derive from it.
+SUPPORTED_CUDA_CAPABILITIES = ("9.0a", "10.0a", "11.0a", "12.0a")
+ARCHS = {"sm_" + cap.rstrip("a").replace(".", ""): cap for cap in SUPPORTED_CUDA_CAPABILITIES}
 RUN_ARCHS = frozenset({"sm_90"})  # archs whose kernels ran in this package's tests (an H200)
 
 # public function -> the registered op that does its work
@@ -34,59 +48,137 @@ FUNCTION_OPS = {
     "prefill_permute_to_masked_gemm": "permute_to_masked",
     "fp4_repack_b_interleaved_sm120": "repack",
 }
-
-
-@dataclass(frozen=True)
-class GemmKind:
-    """What a public GEMM function asks the `gemm` op for; the backend that serves it decides the
-    function's status (ops.gemm_backend answers from the same predicates dispatch uses)."""
-
-    a_format: str = "nvfp4"
-    b_format: str = "nvfp4"
-    b_interleaved: bool = False
-    grouping: str = "dense"
-    activation: str = "none"
-    out_format: str = "bf16"
-    schedule: str = "auto"
-    # a representative M: 256 for the general tiers, the tier's own M for the decode tiers; grouped
-    # kinds ask about 8 groups of m rows each (ops.gemm_backend)
-    m: int = 256
-
-
-HALOPS_MODES = ("mxfp8", "mxfp4", "nvfp4")
-# public GEMM function -> every kind of problem it can issue (all must be native for "native")
-GEMM_KINDS: dict[str, tuple[GemmKind, ...]] = {
-    "dense_gemm": tuple(GemmKind(f, f) for f in HALOPS_MODES),
-    "batch_gemm": tuple(GemmKind(f, f, grouping="batched") for f in HALOPS_MODES),
-    "group_contiguous_gemm": tuple(GemmKind(f, f, grouping="contiguous") for f in HALOPS_MODES),
-    "group_masked_gemm": tuple(GemmKind(f, f, grouping="masked") for f in HALOPS_MODES),
-    "nvfp4_gemm_bf16": (GemmKind(),),
-    "nvfp4_gemm_fp16": (GemmKind(out_format="fp16"),),
-    "nvfp4_gemm_variant_bf16": (GemmKind(),),
-    "fp4_w4a16_linear_bf16": (GemmKind(),),
-    "nvfp4_gemm_streamk_bf16": (GemmKind(schedule="streamk"),),
-    "nvfp4_gemm_streamk_bias_bf16": (GemmKind(schedule="streamk"),),
-    "nvfp4_gemm_bias_bf16": (GemmKind(),),
-    "nvfp4_gemm_residual_bf16": (GemmKind(),),
-    "nvfp4_gemm_bias_residual_bf16": (GemmKind(),),
-    "nvfp4_gemm_bias_residual_fp16": (GemmKind(out_format="fp16"),),
-    "nvfp4_gemm_bias_gelu_bf16": (GemmKind(activation="gelu"),),
-    "nvfp4_gemm_nvfp4": (GemmKind(out_format="nvfp4"),),
-    "nvfp4_gemm_relu2_nvfp4": (GemmKind(activation="relu2", out_format="nvfp4"),),
-    "nvfp4_gemm_bias_gelu_nvfp4": (GemmKind(activation="gelu", out_format="nvfp4"),),
-    "nvfp4_gemm_bias_gelu_nvfp4_fp16": (GemmKind(activation="gelu", out_format="nvfp4_from_fp16"),),
-    "nvfp4_gemm_geglu_nvfp4_fp16": (GemmKind(activation="geglu", out_format="nvfp4_from_fp16"),),
-    "cutlass_fp4_gemm_geglu_il_hw_v10": (GemmKind(activation="geglu", out_format="nvfp4_from_fp16"),),
-    "e0m3_weight_gemm_fp16": (
-        GemmKind("nvfp4", "e0m3", out_format="fp16"),
-        GemmKind("e0m3", "e0m3", out_format="fp16"),
-    ),
-    "fp4_w4a4_gemv_warpsplit_interleaved_bf16": (GemmKind(b_interleaved=True, schedule="gemv", m=1),),
-    "fp4_w4a4_gemm_warpsplit_mrows_bf16": tuple(GemmKind(schedule="mrows", m=m) for m in (1, 16)),
-    "nvfp4_gemm_m256_bf16": (GemmKind(schedule="m256", m=512),),
+# the public functions that issue `gemm`: the halops ones with their grouping, then the flashrt ones
+HALOPS_GEMMS = {
+    "dense_gemm": "dense",
+    "batch_gemm": "batched",
+    "group_contiguous_gemm": "contiguous",
+    "group_masked_gemm": "masked",
 }
-FUNCTION_OPS.update({name: "gemm" for name in GEMM_KINDS})
+FLASHRT_GEMMS = (
+    "nvfp4_gemm_bf16",
+    "nvfp4_gemm_fp16",
+    "nvfp4_gemm_variant_bf16",
+    "fp4_w4a16_linear_bf16",
+    "nvfp4_gemm_streamk_bf16",
+    "nvfp4_gemm_streamk_bias_bf16",
+    "nvfp4_gemm_bias_bf16",
+    "nvfp4_gemm_residual_bf16",
+    "nvfp4_gemm_bias_residual_bf16",
+    "nvfp4_gemm_bias_residual_fp16",
+    "nvfp4_gemm_bias_gelu_bf16",
+    "nvfp4_gemm_nvfp4",
+    "nvfp4_gemm_relu2_nvfp4",
+    "nvfp4_gemm_bias_gelu_nvfp4",
+    "nvfp4_gemm_bias_gelu_nvfp4_fp16",
+    "nvfp4_gemm_geglu_nvfp4_fp16",
+    "cutlass_fp4_gemm_geglu_il_hw_v10",
+    "e0m3_weight_gemm_fp16",
+    "fp4_w4a4_gemv_warpsplit_interleaved_bf16",
+    "fp4_w4a4_gemm_warpsplit_mrows_bf16",
+    "nvfp4_gemm_m256_bf16",
+)
+FUNCTION_OPS.update(dict.fromkeys([*HALOPS_GEMMS, *FLASHRT_GEMMS], "gemm"))
 HOST_FUNCTIONS = ("sfa_size_bytes", "capabilities", "nvfp4_gemm_m256_workspace_size")
+
+# The representative arguments: every M tier (the decode GEMV, the largest M of the M <= 16
+# kernels, the general engines, the M >= 512 tier) at N = K = 4096; grouped calls have 8 groups of
+# 4 or 256 rows.
+QUERY_M = (1, 16, 256, 512)
+QUERY_N = QUERY_K = 4096
+QUERY_GROUPS = 8
+QUERY_GROUP_ROWS = (4, 256)
+
+
+def _fake(*shape: int, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
+    """A tensor on the GPU (a FakeTensor while capabilities records: no memory, no GPU needed)."""
+    return torch.empty(shape, dtype=dtype, device="cuda")
+
+
+def _values(rows: tuple[int, ...], fmt: reference.BlockFormat) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stored values [*rows, K] of a format and the swizzled scales of all their rows."""
+    dtype = torch.float8_e4m3fn if fmt.element_bits == 8 else torch.uint8
+    scales = _fake(reference.sf_bytes(int(torch.Size(rows).numel()), QUERY_K // fmt.group))
+    return _fake(*rows, fmt.stored_cols(QUERY_K), dtype=dtype), scales
+
+
+def _flashrt_arguments(function: Callable) -> Iterator[tuple[list, dict]]:
+    """Candidate calls of a flashrt-style GEMM, from its parameters: each M of QUERY_M, each bias and
+    residual dtype, each a_format, a workspace where it takes one (the validation keeps the valid)."""
+    parameters = inspect.signature(function).parameters
+    choices: list[list[tuple[str, Callable[[int], object]]]] = []
+    if "bias" in parameters:
+        choices.append([("bias", lambda m, d=d: _fake(QUERY_N, dtype=d)) for d in _validate.BIAS_DTYPES])
+    if "residual" in parameters:
+        choices.append([("residual", lambda m, d=d: _fake(m, QUERY_N, dtype=d)) for d in OUT_DTYPES.values()])
+    if "a_format" in parameters:
+        choices.append([("a_format", lambda m, f=f: f) for f in (0, 1)])
+    if "workspace" in parameters:
+        choices.append([("workspace", lambda m: _fake(m * QUERY_N))])  # above one int32 per 128 x 128 tile
+    for m in QUERY_M:
+        for chosen in itertools.product(*choices):
+            (a, sfa), (b, sfb) = _values((m,), reference.NVFP4), _values((QUERY_N,), reference.NVFP4)
+            yield [a, b, sfa, sfb], {name: make(m) for name, make in chosen}
+
+
+def _halops_arguments(function: Callable) -> Iterator[tuple[list, dict]]:
+    """Candidate calls of a halops GEMM: each mode, with and without a bias, alpha given (required in
+    w4a4-nvfp4); grouped ones with QUERY_GROUPS groups of each of QUERY_GROUP_ROWS rows."""
+    grouping = HALOPS_GEMMS[function.__name__]
+    groups = 1 if grouping == "dense" else QUERY_GROUPS
+    n = QUERY_N
+    for mode, fmt in reference.MODES.items():
+        for rows, with_bias in itertools.product(QUERY_M if grouping == "dense" else QUERY_GROUP_ROWS, (False, True)):
+            a, sfa = _values((groups, rows) if grouping == "batched" else (groups * rows,), fmt)
+            b, sfb = _values((n,) if grouping == "dense" else (groups, n), fmt)
+            out = _fake(*a.shape[:-1], n, dtype=torch.bfloat16)
+            index = {"contiguous": (groups * rows,), "masked": (groups,)}.get(grouping)  # expert ids, counts
+            group_index = [] if index is None else [_fake(*index, dtype=torch.int32)]
+            kwargs = {"mode": mode, "alpha": _fake(groups, dtype=torch.float32)}
+            if with_bias:
+                kwargs["bias"] = _fake(*b.shape[:-2], n, dtype=torch.bfloat16)
+            if grouping == "masked":
+                kwargs["max_m_per_expert"] = rows
+            yield [a, b, sfa, sfb, *group_index, out], kwargs
+
+
+class _GemmRecorder(TorchDispatchMode):
+    """Records the `gemm` calls made while active, without running them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[GemmCall] = []
+
+    def __torch_dispatch__(self, func: object, types: object, args: tuple = (), kwargs: dict | None = None) -> object:
+        if func == _GEMM:
+            self.calls.append(GemmCall(*args, **(kwargs or {})))
+            return None
+        return func(*args, **(kwargs or {}))
+
+
+def _on_meta(call: GemmCall) -> GemmCall:
+    """The same call on meta tensors, which GemmCall.backends reads as aligned buffers."""
+    meta = (torch.empty(v.shape, dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) else v for v in call)
+    return GemmCall(*meta)
+
+
+@functools.cache
+def gemm_calls(function: str) -> tuple[GemmCall, ...]:
+    """The `gemm` calls a public GEMM function makes for its representative arguments, on meta tensors."""
+    if function in HALOPS_GEMMS:
+        fn, candidates = getattr(_halops, function), _halops_arguments
+    else:
+        fn, candidates = getattr(_nvfp4, function), _flashrt_arguments
+    recorder = _GemmRecorder()
+    with FakeTensorMode(), recorder:
+        for args, kwargs in candidates(fn):
+            try:
+                fn(*args, **kwargs)
+            except ValueError:
+                continue  # not a call the function accepts
+    if not recorder.calls:
+        raise RuntimeError(f"capabilities: no representative call of {function} is valid")
+    return tuple(_on_meta(call) for call in recorder.calls)
 
 
 def built_archs() -> list[str]:
@@ -97,23 +189,18 @@ def built_archs() -> list[str]:
     return list(json.loads(metadata.read_text())["backend"]["archs"])
 
 
-def gemm_backend(kind: GemmKind, arch: str) -> str:
-    """Name of the backend serving `kind` on `arch` in this build ("" = the reference), for a problem of
-    N = K = 4096 (grouped kinds: 8 groups of kind.m rows, with the group fields a real call sets)."""
-    return ops.gemm_backend(int(arch[3:]), *astuple(kind)[:-1], kind.m, 4096, 4096)
-
-
 def op_status(function: str, op: str, arch: str, built: list[str]) -> str:
     if op not in NATIVE_CUDA_OPS:
         return "reference"  # PyTorch ops on the device: any CUDA GPU
     if ARCHS[arch] not in built:
         return "unsupported"  # the kernel exists, but this build has no code for the arch
-    if op == "gemm" and not all(gemm_backend(kind, arch) for kind in GEMM_KINDS[function]):
+    if op == "gemm" and not all(call.backend(int(arch[3:])) for call in gemm_calls(function)):
         return "reference"
     return "native" if arch in RUN_ARCHS else "native (compile-verified)"
 
 
-def function_status() -> dict[str, dict[str, str]]:
+@functools.cache
+def _function_status() -> dict[str, dict[str, str]]:
     built = built_archs()
     table = {
         name: {arch: op_status(name, op, arch, built) for arch in ARCHS} | {"cpu": "reference"}
@@ -122,6 +209,11 @@ def function_status() -> dict[str, dict[str, str]]:
     for name in HOST_FUNCTIONS:
         table[name] = {arch: "native" for arch in ARCHS} | {"cpu": "native"}
     return table
+
+
+def function_status() -> dict[str, dict[str, str]]:
+    """Per public function, per arch and cpu: its status (a fresh copy: the table depends only on the build)."""
+    return {name: dict(status) for name, status in _function_status().items()}
 
 
 def capabilities() -> dict[str, object]:
@@ -170,7 +262,7 @@ def capabilities() -> dict[str, object]:
         },
         "variants": {arch: (-1, *_validate.VARIANTS) for arch in ARCHS},
         "variant_names": {-1: "auto", 0: "default", 1: "widen", 2: "pingpong"},
-        "cuda_capabilities": tuple(ARCHS.values()),
+        "cuda_capabilities": SUPPORTED_CUDA_CAPABILITIES,
         "built_cuda_capabilities": tuple(built_archs()),
         "gemm_backends": tuple(f"sm_{cc}" for cc in ops.gemm_backend_archs()),
         "run_archs": tuple(sorted(RUN_ARCHS)),
@@ -184,4 +276,4 @@ def sfa_size_bytes(rows: int, dim: int) -> int:
     _validate.positive_int("rows", rows)
     _validate.positive_int("dim", dim)
     _validate.multiple("dim", dim, 16, "NVFP4 blocks of 16")
-    return reference.sfa_size_bytes(rows, dim)
+    return reference.sf_bytes(rows, dim // reference.NVFP4.group)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from . import _validate, reference
+from ._gemm import GemmCall
 from ._ops import ops
 
 
@@ -48,7 +49,7 @@ def group_wise_quant(
     return values, scales
 
 
-def _gemm(
+def _halops_gemm(
     grouping: str,
     mode: str,
     input: torch.Tensor,
@@ -67,10 +68,10 @@ def _gemm(
         grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, group_index, group_rows
     )
     fmt = reference.MODES[mode].name
-    ops.gemm(
-        input, weight, sfa, sfb, fmt, fmt, False, grouping, group_index, group_rows, alpha, 1.0, bias, None,
-        "none", output, None, "bf16", "auto", -1, sm_count, 0, 0, None, use_pdl,
-    )  # fmt: skip
+    GemmCall(
+        input, weight, sfa, sfb, fmt, fmt, grouping=grouping, group_index=group_index, group_rows=group_rows,
+        alpha=alpha, bias=bias, out=output, sm_count=sm_count, pdl=use_pdl,
+    ).run()  # fmt: skip
 
 
 def dense_gemm(
@@ -91,7 +92,7 @@ def dense_gemm(
     same; sfa/sfb SfAtom scales of M and N rows; output bfloat16 [M, N]; bias bfloat16 [N] (any mode);
     alpha float32 [1] (required for w4a4-nvfp4, optional otherwise); sm_count -1 or > 0.
     """
-    _gemm("dense", mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, use_pdl=use_pdl)
+    _halops_gemm("dense", mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, use_pdl=use_pdl)
 
 
 def batch_gemm(
@@ -111,7 +112,7 @@ def batch_gemm(
     B*N rows; output bfloat16 [B, M, N]; bias bfloat16 [B, N]; alpha float32 [B].
     """
     _validate.tensor("input", input, dtypes=(torch.float8_e4m3fn, torch.uint8), ndim=3)
-    _gemm("batched", mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, None, input.shape[1])
+    _halops_gemm("batched", mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, None, input.shape[1])
 
 
 def group_contiguous_gemm(
@@ -133,7 +134,7 @@ def group_contiguous_gemm(
     after experts' rows (ids outside [-1, E) are skipped too); output bfloat16 [M, N]; bias bfloat16
     [E, N]; alpha float32 [E].
     """
-    _gemm("contiguous", mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, expert_ids)
+    _halops_gemm("contiguous", mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, expert_ids)
 
 
 def group_masked_gemm(
@@ -155,7 +156,16 @@ def group_masked_gemm(
     input [E * max_m, K]; weight [E, N, K]; masked_m int32 [E]; output bfloat16 [E * max_m, N];
     max_m_per_expert > 0.
     """
-    _gemm("masked", mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, masked_m, max_m_per_expert)
+    _halops_gemm("masked", mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, masked_m, max_m_per_expert)
+
+
+def swiglu_quant_outputs(rows: int, hidden: int, is_fp4: bool, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Zero-filled outputs of fused_swiglu_quant: rows a group does not own stay zero."""
+    fmt = reference.NVFP4 if is_fp4 else reference.MXFP8
+    dtype = torch.uint8 if is_fp4 else torch.float8_e4m3fn
+    values = torch.zeros(rows, fmt.stored_cols(hidden), dtype=dtype, device=device)
+    scales = torch.zeros(reference.swizzled_scale_shape(rows, hidden // fmt.group), dtype=torch.uint8, device=device)
+    return values, scales
 
 
 def fused_swiglu_quant(
@@ -170,9 +180,22 @@ def fused_swiglu_quant(
     not own are zero (values and scales).
     """
     _validate.swiglu_quant(input, token_nums_per_expert, is_fp4)
-    values, scales = reference.swiglu_quant_outputs(input.shape[0], input.shape[1] // 2, is_fp4, input.device)
+    values, scales = swiglu_quant_outputs(input.shape[0], input.shape[1] // 2, is_fp4, input.device)
     ops.swiglu_quant(input, token_nums_per_expert, "nvfp4" if is_fp4 else "mxfp8", values, scales)
     return values, scales
+
+
+def permute_outputs(
+    x: torch.Tensor, topk_ids: torch.Tensor, num_local_experts: int, max_token_num: int
+) -> tuple[torch.Tensor, ...]:
+    """Outputs of prefill_permute_to_masked_gemm, uninitialized: the op writes every byte."""
+    rows, hidden = num_local_experts * max_token_num, x.shape[1]
+    return (
+        torch.empty(rows, hidden, dtype=x.dtype, device=x.device),
+        torch.empty(num_local_experts, max_token_num, hidden // 32, dtype=torch.uint8, device=x.device),
+        torch.empty(topk_ids.shape, dtype=torch.int32, device=x.device),
+        torch.empty(num_local_experts, 1, dtype=torch.int32, device=x.device),
+    )
 
 
 def prefill_permute_to_masked_gemm(
@@ -189,6 +212,6 @@ def prefill_permute_to_masked_gemm(
     Rows no token lands on are zero; nothing is written beyond max_token_num.
     """
     _validate.permute(x, scale, topk_ids, num_local_experts, max_token_num)
-    outputs = reference.permute_outputs(x, topk_ids, num_local_experts, max_token_num)
+    outputs = permute_outputs(x, topk_ids, num_local_experts, max_token_num)
     ops.permute_to_masked(x, scale, topk_ids, num_local_experts, max_token_num, *outputs)
     return outputs

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from . import _validate, reference
+from . import _validate
+from ._gemm import GemmCall, gemm_outputs, packed_outputs
 from ._ops import ops
 
 Tensor = torch.Tensor
@@ -28,7 +29,7 @@ OptTensor = torch.Tensor | None
 
 def _quantize(x: Tensor, recipe: str, rows: int, cols: int, packed: OptTensor, sfa: OptTensor) -> tuple[Tensor, Tensor]:
     if packed is None:
-        packed, sfa = reference.fp4_outputs(rows, cols, x.device)
+        packed, sfa = packed_outputs(rows, cols, x.device)
     ops.quantize(x, recipe, True, True, packed, sfa)
     return packed, sfa
 
@@ -66,13 +67,27 @@ def quantize_fp4_sfa_mse_bf16(
     return _quantize(x, "nvfp4_mse", *x.shape, packed, sfa)
 
 
+def aligned_dim(dim: int, alignment: int) -> int:
+    """dim rounded up to a multiple of alignment."""
+    return -(-dim // alignment) * alignment
+
+
+def padded_bias(bias: OptTensor, rows: int) -> OptTensor:
+    """bias zero-padded to `rows` entries (None stays None)."""
+    if bias is None:
+        return None
+    out = torch.zeros(rows, dtype=bias.dtype, device=bias.device)
+    out[: bias.numel()] = bias
+    return out
+
+
 def quantize_fp4_sfa_padded_bf16(x: Tensor, *, alignment: int = 32, is_sfb: bool = False) -> tuple[Tensor, Tensor, int]:
     """NVFP4 of a bfloat16 [rows, K] matrix zero-padded to K' = ceil(K / alignment) * alignment (the
     kernel reads with bounds; no padded copy). Returns (packed [rows, K'/2], scales of
     sfa_size_bytes(rows, K'), K). Bind-time helper: it allocates."""
     _validate.padded_quantizer(x, alignment)
     rows, logical = x.shape
-    packed, sfa = _quantize(x, "nvfp4", rows, reference.aligned_dim(logical, alignment), None, None)
+    packed, sfa = _quantize(x, "nvfp4", rows, aligned_dim(logical, alignment), None, None)
     return packed, sfa, logical
 
 
@@ -86,9 +101,9 @@ def pack_nvfp4_weight_bf16(
     """
     _validate.pack_weight(weight, bias, alignment, mse)
     n, k = weight.shape
-    rows, cols = reference.aligned_dim(n, alignment), reference.aligned_dim(k, alignment)
+    rows, cols = aligned_dim(n, alignment), aligned_dim(k, alignment)
     packed, sfb = _quantize(weight, "nvfp4_mse" if mse else "nvfp4", rows, cols, None, None)
-    return packed, sfb, reference.padded_bias(bias, rows), (n, k)
+    return packed, sfb, padded_bias(bias, rows), (n, k)
 
 
 def quantize_e0m3_sfa_fp16(
@@ -111,7 +126,7 @@ def dequantize_fp4_sfa_fp16(packed: Tensor, sfa: Tensor, out: OptTensor = None, 
 # ---- GEMMs ------------------------------------------------------------------------------------
 
 
-def _gemm(
+def _nvfp4_gemm(
     a: Tensor,
     b: Tensor,
     sfa: Tensor,
@@ -124,25 +139,20 @@ def _gemm(
     out_format: str = "bf16",
     out: OptTensor = None,
     out_scales: OptTensor = None,
-    a_format: str = "nvfp4",
-    b_format: str = "nvfp4",
-    b_interleaved: bool = False,
-    schedule: str = "auto",
-    variant: int = -1,
-    warps: int = 0,
-    stages: int = 0,
-    workspace: OptTensor = None,
+    **fields: object,
 ) -> Tensor | tuple[Tensor, Tensor]:
+    """Every flashrt-style GEMM: validated, its output allocated unless given, one GemmCall run.
+    `fields`: the call's other GemmCall fields (formats, layout, schedule knobs)."""
     m, n_out, _ = _validate.nvfp4_gemm(
         a, b, sfa, sfb, alpha=alpha, bias=bias, residual=residual, activation=activation,
         out_format=out_format, out=out, out_scales=out_scales,
     )  # fmt: skip
     if out is None:
-        out, out_scales = reference.gemm_outputs(m, n_out, out_format, a.device)
-    ops.gemm(
-        a, b, sfa, sfb, a_format, b_format, b_interleaved, "dense", None, 0, None, float(alpha), bias, residual,
-        activation, out, out_scales, out_format, schedule, variant, -1, warps, stages, workspace, True,
-    )  # fmt: skip
+        out, out_scales = gemm_outputs(m, n_out, out_format, a.device)
+    GemmCall(
+        a, b, sfa, sfb, alpha_scale=float(alpha), bias=bias, residual=residual, activation=activation, out=out,
+        out_scales=out_scales, out_format=out_format, **fields,
+    ).run()  # fmt: skip
     return (out, out_scales) if out_format.startswith("nvfp4") else out
 
 
@@ -157,7 +167,7 @@ def nvfp4_gemm_bf16(
 ) -> Tensor:
     """out = alpha * A @ B^T, bfloat16 [M, N]."""
     _validate.variant(variant)
-    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, variant=variant)
+    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, variant=variant)
 
 
 def nvfp4_gemm_fp16(
@@ -171,7 +181,7 @@ def nvfp4_gemm_fp16(
 ) -> Tensor:
     """out = alpha * A @ B^T, float16 [M, N]."""
     _validate.variant(variant)
-    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, out_format="fp16", variant=variant)
+    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, out_format="fp16", variant=variant)
 
 
 def nvfp4_gemm_variant_bf16(
@@ -185,7 +195,7 @@ def nvfp4_gemm_variant_bf16(
 ) -> Tensor:
     """nvfp4_gemm_bf16 on an explicit schedule: variant is one of capabilities()['variants'] other than -1."""
     _validate.variant(variant, allow_auto=False)
-    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, variant=variant)
+    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, variant=variant)
 
 
 def fp4_w4a16_linear_bf16(
@@ -205,7 +215,7 @@ def nvfp4_gemm_streamk_bf16(
     a_packed: Tensor, b_packed: Tensor, sfa: Tensor, sfb: Tensor, alpha: float = 1.0, out: OptTensor = None
 ) -> Tensor:
     """nvfp4_gemm_bf16 on a stream-K schedule (same result)."""
-    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, schedule="streamk")
+    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, schedule="streamk")
 
 
 def nvfp4_gemm_streamk_bias_bf16(
@@ -219,7 +229,7 @@ def nvfp4_gemm_streamk_bias_bf16(
 ) -> Tensor:
     """out = alpha * A @ B^T + bias on a stream-K schedule; bias [N] bf16/fp16/fp32."""
     _validate.required(bias=bias)
-    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out, schedule="streamk")
+    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out, schedule="streamk")
 
 
 def nvfp4_gemm_bias_bf16(
@@ -234,7 +244,7 @@ def nvfp4_gemm_bias_bf16(
 ) -> Tensor:
     """out = alpha * A @ B^T + bias, bfloat16 [M, N]; bias [N] bf16/fp16/fp32."""
     _validate.required(bias=bias)
-    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out)
+    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out)
 
 
 def nvfp4_gemm_residual_bf16(
@@ -248,7 +258,7 @@ def nvfp4_gemm_residual_bf16(
 ) -> Tensor:
     """out = alpha * A @ B^T + residual; residual bfloat16 [M, N]."""
     _validate.required(residual=residual)
-    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, residual=residual, out=out)
+    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, residual=residual, out=out)
 
 
 def nvfp4_gemm_bias_residual_bf16(
@@ -264,7 +274,7 @@ def nvfp4_gemm_bias_residual_bf16(
 ) -> Tensor:
     """out = alpha * A @ B^T + bias + residual, bfloat16 [M, N]."""
     _validate.required(bias=bias, residual=residual)
-    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, residual=residual, out=out)
+    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, residual=residual, out=out)
 
 
 def nvfp4_gemm_bias_residual_fp16(
@@ -280,7 +290,9 @@ def nvfp4_gemm_bias_residual_fp16(
 ) -> Tensor:
     """out = alpha * A @ B^T + bias + residual, float16 [M, N]; residual float16 [M, N]."""
     _validate.required(bias=bias, residual=residual)
-    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, residual=residual, out=out, out_format="fp16")
+    return _nvfp4_gemm(
+        a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, residual=residual, out=out, out_format="fp16"
+    )
 
 
 def nvfp4_gemm_bias_gelu_bf16(
@@ -294,7 +306,7 @@ def nvfp4_gemm_bias_gelu_bf16(
 ) -> Tensor:
     """out = gelu(alpha * A @ B^T + bias) (exact erf GELU), bfloat16 [M, N]."""
     _validate.required(bias=bias)
-    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, activation="gelu", out=out)
+    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, activation="gelu", out=out)
 
 
 def nvfp4_gemm_nvfp4(
@@ -308,7 +320,9 @@ def nvfp4_gemm_nvfp4(
     out_sfa: OptTensor = None,
 ) -> tuple[Tensor, Tensor]:
     """NVFP4 of alpha * A @ B^T (float32 result quantized): (packed [M, N/2], scales); N % 16 == 0."""
-    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out_format="nvfp4", out=out_packed, out_scales=out_sfa)
+    return _nvfp4_gemm(
+        a_packed, b_packed, sfa, sfb, alpha=alpha, out_format="nvfp4", out=out_packed, out_scales=out_sfa
+    )
 
 
 def nvfp4_gemm_relu2_nvfp4(
@@ -322,7 +336,7 @@ def nvfp4_gemm_relu2_nvfp4(
     out_sfa: OptTensor = None,
 ) -> tuple[Tensor, Tensor]:
     """NVFP4 of relu(alpha * A @ B^T)^2."""
-    return _gemm(
+    return _nvfp4_gemm(
         a_packed,
         b_packed,
         sfa,
@@ -347,7 +361,7 @@ def nvfp4_gemm_bias_gelu_nvfp4(
 ) -> tuple[Tensor, Tensor]:
     """NVFP4 of gelu(alpha * A @ B^T + bias) (float32 result quantized)."""
     _validate.required(bias=bias)
-    return _gemm(
+    return _nvfp4_gemm(
         a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, activation="gelu", out_format="nvfp4",
         out=out_packed, out_scales=out_sfa,
     )  # fmt: skip
@@ -366,7 +380,7 @@ def nvfp4_gemm_bias_gelu_nvfp4_fp16(
 ) -> tuple[Tensor, Tensor]:
     """NVFP4 of gelu(alpha * A @ B^T + bias) rounded to fp16 first; bias [N] (fp16 in the seed API)."""
     _validate.required(bias=bias)
-    return _gemm(
+    return _nvfp4_gemm(
         a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, activation="gelu", out_format="nvfp4_from_fp16",
         out=out_packed, out_scales=out_sfa,
     )  # fmt: skip
@@ -386,10 +400,11 @@ def nvfp4_gemm_geglu_nvfp4_fp16(
 ) -> tuple[Tensor, Tensor]:
     """GeGLU over an interleaved weight: B row 2j is gate j, row 2j+1 is up j; y = alpha * A @ B^T,
     out[:, j] = gelu(y[:, 2j]) * y[:, 2j+1], rounded to fp16, then NVFP4: (packed [M, N/4], scales of
-    sfa_size_bytes(M, N/2)). `skinny` picks a schedule; `scratch` is accepted and unused."""
-    return _gemm(
+    sfa_size_bytes(M, N/2)). `skinny` (the seed API's schedule choice) and `scratch` are accepted and
+    have no effect: the staged backend serves GeGLU at every M."""
+    return _nvfp4_gemm(
         a_packed, b_interleaved_packed, sfa, sfb, alpha=alpha, activation="geglu", out_format="nvfp4_from_fp16",
-        out=out_packed, out_scales=out_sfa, schedule="skinny" if skinny else "auto",
+        out=out_packed, out_scales=out_sfa,
     )  # fmt: skip
 
 
@@ -431,7 +446,9 @@ def e0m3_weight_gemm_fp16(
     """out = alpha * A @ B^T, float16 [M, N], with E0M3 weights B (quantize_e0m3_sfa_fp16) and
     activations A in E2M1 (a_format=1, NVFP4) or E0M3 (a_format=0)."""
     a_fmt = _validate.e0m3_a_format(a_format)
-    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, out_format="fp16", a_format=a_fmt, b_format="e0m3")
+    return _nvfp4_gemm(
+        a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, out_format="fp16", a_format=a_fmt, b_format="e0m3"
+    )
 
 
 # ---- decode and large-M tiers -----------------------------------------------------------------
@@ -461,9 +478,8 @@ def fp4_w4a4_gemv_warpsplit_interleaved_bf16(
     """M = 1 decode GEMV over a repacked weight: out = alpha * a @ B^T, bfloat16 [1, N]; sfb is the
     original weight's scales. warps in {2, 4, 8}, stages in [1, 8]."""
     _validate.gemv(a_packed, b_interleaved, warps, stages)
-    return _gemm(
-        a_packed, b_interleaved, sfa, sfb, alpha=alpha, out=out, b_interleaved=True, schedule="gemv",
-        warps=warps, stages=stages,
+    return _nvfp4_gemm(
+        a_packed, b_interleaved, sfa, sfb, alpha=alpha, out=out, b_interleaved=True, warps=warps, stages=stages,
     )  # fmt: skip
 
 
@@ -481,7 +497,7 @@ def fp4_w4a4_gemm_warpsplit_mrows_bf16(
     """Speculative-verify tier on the standard layout: 1 <= M <= 16, N % 8 == 0, K % (64 * warps) == 0,
     warps in {2, 4, 8}. out = alpha * A @ B^T, bfloat16 [M, N]."""
     _validate.mrows(a_packed, b_packed, warps, stages)
-    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, schedule="mrows", warps=warps, stages=stages)
+    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, warps=warps, stages=stages)
 
 
 def nvfp4_gemm_m256_workspace_size(a_packed: Tensor, b_packed: Tensor, sfa: Tensor, sfb: Tensor) -> int:
@@ -490,7 +506,8 @@ def nvfp4_gemm_m256_workspace_size(a_packed: Tensor, b_packed: Tensor, sfa: Tens
         a_packed, b_packed, sfa, sfb, alpha=1.0, bias=None, residual=None, activation="none",
         out_format="bf16", out=None, out_scales=None,
     )  # fmt: skip
-    return reference.nvfp4_gemm_m256_workspace_size(a_packed, b_packed, sfa, sfb)
+    tiles = -(-a_packed.shape[0] // 128) * -(-b_packed.shape[0] // 128)  # one int32 counter per 128 x 128 tile
+    return -(-4 * tiles // 256) * 256
 
 
 def nvfp4_gemm_m256_bf16(
@@ -507,4 +524,4 @@ def nvfp4_gemm_m256_bf16(
     nvfp4_gemm_m256_workspace_size(...) bytes; pass the same workspace on every graph replay."""
     required = nvfp4_gemm_m256_workspace_size(a_packed, b_packed, sfa, sfb)
     _validate.m256(a_packed, workspace, required)
-    return _gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, schedule="m256", workspace=workspace)
+    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, schedule="m256")

@@ -18,6 +18,7 @@ from typing import NoReturn
 import torch
 
 from . import reference
+from ._gemm import OUT_DTYPES
 from .reference import BlockFormat
 
 HALF_DTYPES = (torch.bfloat16, torch.float16)
@@ -252,7 +253,7 @@ def nvfp4_gemm(
         if out_scales is not None:
             scale_buffer("out_sfa", out_scales, m, n_out // 16)
     else:
-        dtype = reference.OUT_DTYPES[out_format]
+        dtype = OUT_DTYPES[out_format]
         optional("residual", residual, dtypes=(dtype,), shape=(m, n))
         optional("out", out, dtypes=(dtype,), shape=(m, n_out))
     same_device(a=a, b=b, sfa=sfa, sfb=sfb, bias=bias, residual=residual, out=out, out_scales=out_scales)

@@ -1,0 +1,157 @@
+"""One description of a GEMM call: the arguments of the registered `gemm` op, by name.
+
+`GemmCall` is the Python side of csrc/gemm/problem.h's GemmProblem (the binding's describe_gemm turns
+one into the other): the operands and their formats, the grouping, the epilogue (alpha, bias,
+residual, activation, output encoding) and how it runs (schedule, variant, sm_count, warps, stages,
+pdl), which never changes what it computes. Every public GEMM function validates its arguments,
+builds one GemmCall and runs it; capabilities() asks the backends about the calls they build
+(`GemmCall.backends`), and tests describe a kind of problem with `described_call`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from . import reference
+from ._ops import ops
+
+Tensor = torch.Tensor
+OptTensor = torch.Tensor | None
+
+# bf16/fp16 output formats -> their dtype (NVFP4 outputs are packed uint8 plus flat scales)
+OUT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+_GEMM = ops.gemm.default
+_GEMM_BACKENDS = ops.gemm_backends.default
+
+
+class GemmCall(NamedTuple):
+    """The `gemm` op's arguments in schema order (torch_binding.cpp): `ops.gemm(*call)` runs it.
+
+    out = encode(act(alpha_scale * alpha[g] * A @ B[g]^T + bias + residual)) (docs/FORMATS.md).
+    """
+
+    a: Tensor  # A [M, K]: stored values (E4M3 bytes or packed 4-bit codes), or bf16 values
+    b: Tensor  # B [N, K] or [groups, N, K], stored values (b_interleaved: the streaming layout)
+    sfa: OptTensor  # A's swizzled scales; None for a bf16 A
+    sfb: Tensor  # B's swizzled scales, over all groups' rows
+    a_format: str = "nvfp4"  # mxfp8 | mxfp4 | nvfp4 | e0m3 | bf16
+    b_format: str = "nvfp4"  # mxfp8 | mxfp4 | nvfp4 | e0m3
+    b_interleaved: bool = False
+    grouping: str = "dense"  # dense | batched | contiguous | masked
+    group_index: OptTensor = None  # int32: expert id per row (contiguous), valid rows per group (masked)
+    group_rows: int = 0  # rows of A per group (batched, masked)
+    alpha: OptTensor = None  # float32 on the call's device: one value, or one per group
+    alpha_scale: float = 1.0
+    bias: OptTensor = None  # [N] or [groups, N]
+    residual: OptTensor = None  # [M, N] of the output type
+    activation: str = "none"  # none | gelu | relu2 | geglu
+    out: OptTensor = None  # required: [M, N_out] of the output type, or packed E2M1 [M, N_out / 2]
+    out_scales: OptTensor = None  # the swizzled scales of an NVFP4 output
+    out_format: str = "bf16"  # bf16 | fp16 | nvfp4 | nvfp4_from_fp16
+    schedule: str = "auto"  # auto | streamk | m256
+    variant: int = -1
+    sm_count: int = -1
+    warps: int = 0
+    stages: int = 0
+    pdl: bool = True
+
+    def run(self) -> None:
+        """Launches the op; a call without rows of A or of B computes nothing and launches nothing."""
+        if self.a.numel() == 0 or self.b.numel() == 0:
+            return
+        _GEMM(*self)
+
+    def run_on(self, backend: str) -> None:
+        """Launches the op on the named backend (GemmCall.backends' names), which must serve the call on
+        its device: tests hold each backend to the reference, also where dispatch would pick another."""
+        ops.gemm_on(backend, *self)
+
+    def backends(self, cc: int) -> list[str]:
+        """Every backend of this build that would run this call on compute capability cc (90, 100, ...),
+        dispatch's choice first; [] when the reference runs it. Meta tensors stand for aligned buffers."""
+        return _GEMM_BACKENDS(cc, *self)
+
+    def backend(self, cc: int) -> str:
+        """The backend dispatch picks on compute capability cc ("" = the reference)."""
+        served = self.backends(cc)
+        return served[0] if served else ""
+
+
+def gemm_outputs(m: int, n_out: int, out_format: str, device: torch.device) -> tuple[Tensor, OptTensor]:
+    """A fresh output: bf16/fp16 [m, n_out], or NVFP4 packed [m, n_out / 2] and its flat scales."""
+    if out_format.startswith("nvfp4"):
+        return packed_outputs(m, n_out, device)
+    return torch.empty(m, n_out, dtype=OUT_DTYPES[out_format], device=device), None
+
+
+def packed_outputs(rows: int, cols: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Packed NVFP4 values [rows, cols / 2] and a flat scale buffer of sfa_size_bytes(rows, cols)."""
+    return (
+        torch.empty(rows, cols // 2, dtype=torch.uint8, device=device),
+        torch.empty(reference.sf_bytes(rows, cols // reference.NVFP4.group), dtype=torch.uint8, device=device),
+    )
+
+
+def _meta(*shape: int, dtype: torch.dtype = torch.uint8) -> Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def _meta_values(rows: int, k: int, format_name: str) -> tuple[Tensor, OptTensor]:
+    """Stored values [rows, K] of a format (bf16: plain, no scales) and their swizzled scales, on meta."""
+    if format_name == "bf16":
+        return _meta(rows, k, dtype=torch.bfloat16), None
+    fmt = reference.FORMATS[format_name]
+    dtype = torch.float8_e4m3fn if fmt.element_bits == 8 else torch.uint8
+    return _meta(rows, fmt.stored_cols(k), dtype=dtype), _meta(reference.sf_bytes(rows, k // fmt.group))
+
+
+def described_call(
+    a_format: str = "nvfp4",
+    b_format: str | None = None,
+    *,
+    m: int,
+    n: int,
+    k: int,
+    grouping: str = "dense",
+    groups: int = 8,
+    bias: torch.dtype | None = None,
+    residual: bool = False,
+    alpha: bool = False,
+    activation: str = "none",
+    out_format: str = "bf16",
+    **fields: object,
+) -> GemmCall:
+    """A call of this kind on meta tensors (no memory) for GemmCall.backends. Dense: A [m, k], B [n, k].
+    Grouped: `groups` groups of m rows each (batched: A [groups, m, k]; contiguous: each expert's rows
+    in turn), with the group fields the public functions set. `bias`: its dtype ([N], or [groups, N]
+    when grouped); `residual`, `alpha`: whether they are given. Other fields as GemmCall's."""
+    grouped = grouping != "dense"
+    count = groups if grouped else 1
+    rows = m * count
+    a, sfa = _meta_values(rows, k, a_format)
+    b, sfb = _meta_values(count * n, k, b_format or a_format)
+    sfb = _meta(0) if sfb is None else sfb  # a bf16 B (the engine's bf16 GEMM) has no scales either
+    if grouped:
+        b = b.reshape(count, n, -1)
+    n_out = n // 2 if activation == "geglu" else n
+    if out_format.startswith("nvfp4"):
+        out, out_scales = _meta(rows, n_out // 2), _meta(reference.sf_bytes(rows, n_out // reference.NVFP4.group))
+    else:
+        out, out_scales = _meta(rows, n_out, dtype=OUT_DTYPES[out_format]), None
+    residual_values = _meta(rows, n, dtype=out.dtype) if residual else None
+    if grouping == "batched":  # batch_gemm's [B, M, ...] operands and output
+        a, out = a.reshape(count, m, -1), out.reshape(count, m, -1)
+    group_index = {"contiguous": rows, "masked": count}.get(grouping)
+    return GemmCall(
+        a, b, sfa, sfb, a_format, b_format or a_format,
+        grouping=grouping,
+        group_index=None if group_index is None else _meta(group_index, dtype=torch.int32),
+        group_rows=m if grouping in ("batched", "masked") else 0,
+        alpha=_meta(count, dtype=torch.float32) if alpha else None,
+        bias=None if bias is None else _meta(*((count, n) if grouped else (n,)), dtype=bias),
+        residual=residual_values,
+        activation=activation, out=out, out_scales=out_scales, out_format=out_format, **fields,
+    )  # fmt: skip
