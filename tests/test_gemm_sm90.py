@@ -30,6 +30,21 @@ def backend(fp4, a_format="nvfp4", b_format="nvfp4", m=256, n=4096, k=4096, **ki
     )  # fmt: skip
 
 
+def engine_gemm(fp4, a, b, sfa, sfb, a_format: str, b_format: str, out, alpha_scale=1.0, alpha=None) -> None:
+    """The `gemm` op on the engine by name (ops.gemm_on), no epilogue but alpha: from M = 1024 on,
+    dispatch gives dense problems to the composition backend instead (test_gemm_composition.py)."""
+    out_format = "fp16" if out.dtype == torch.float16 else "bf16"
+    fp4.ops.gemm_on(
+        "sm90_engine", a, b, sfa, sfb, a_format, b_format, False, "dense", None, 0, alpha, alpha_scale, None, None,
+        "none", out, None, out_format, "auto", -1, -1, 0, 0, None, False,
+    )  # fmt: skip
+
+
+def no_scales() -> torch.Tensor:
+    """The sfa of a bf16 A: none."""
+    return torch.empty(0, dtype=torch.uint8, device="cuda")
+
+
 # ---- which problems the engine serves (host-side predicate: runs without a GPU) ------------------
 
 
@@ -158,7 +173,8 @@ def test_e0m3_weight_gemm_is_within_the_bound(fp4, ref, a_format, m):
         a_dq = ref.dequantize(a, sfa, ref.E0M3).double()
     b, sfb = fp4.quantize_e0m3_sfa_fp16(random_bf16(256, 512, 2).half())
     b_dq = ref.dequantize(b, sfb, ref.E0M3).double()
-    out = fp4.e0m3_weight_gemm_fp16(a, b, sfa, sfb, alpha=0.25, a_format=a_format)
+    out = poisoned_like(torch.empty(m, 256, dtype=torch.float16, device="cuda"))
+    engine_gemm(fp4, a, b, sfa, sfb, "nvfp4" if a_format == 1 else "e0m3", "e0m3", out, alpha_scale=0.25)
     assert_within_bound(out, 0.25 * (a_dq @ b_dq.T), 0.25 * a_dq, b_dq, f"e0m3 a_format={a_format}")
 
 
@@ -236,20 +252,12 @@ def test_weights_dequantized_once_to_bf16_are_within_the_bound(fp4, ref, mode, s
     m, n, k = shape
     (a, b, sfa, sfb), a_dq, b_dq = halops_operands(fp4, ref, mode, m, n, k)
     out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
-    fp4.dense_gemm(a, b, sfa, sfb, out, alpha=torch.full((1,), 0.5, device="cuda"), mode=mode)
+    fmt = MODES[mode]
+    engine_gemm(fp4, a, b, sfa, sfb, fmt, fmt, out, alpha=torch.full((1,), 0.5, device="cuda"))
     assert_within_bound(out, 0.5 * (a_dq @ b_dq.T), 0.5 * a_dq, b_dq, f"{mode} {shape}")
 
 
 # ---- bf16 operands: W4A16 (bf16 activations, 4-bit weights) and the plain bf16 GEMM ---------------
-
-
-def gemm_op(fp4, a, b, sfb, a_format: str, b_format: str, out, alpha: float = 1.0) -> None:
-    """The `gemm` op with a bf16 A (no sfa) and a plain bf16 epilogue."""
-    no_sfa = torch.empty(0, dtype=torch.uint8, device=a.device)
-    fp4.ops.gemm(
-        a, b, no_sfa, sfb, a_format, b_format, False, "dense", None, 0, None, alpha, None, None, "none", out, None,
-        "bf16", "auto", -1, -1, 0, 0, None, False,
-    )  # fmt: skip
 
 
 @pytest.mark.parametrize("b_format", ["nvfp4", "mxfp4", "bf16"])
@@ -274,9 +282,8 @@ def test_bf16_activations_with_4_bit_weights_are_within_the_bound(fp4, ref, b_fo
     mode = {"nvfp4": "w4a4-nvfp4", "mxfp4": "w4a4-mxfp4"}[b_format]
     b, sfb = fp4.group_wise_quant(random_bf16(n, k, 22, scale=0.05), mode)
     b_dq = ref.dequantize(b, sfb, ref.FORMATS[b_format]).double()
-    assert backend(fp4, "bf16", b_format, m=m, n=n, k=k) == "sm90_engine"
     out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
-    gemm_op(fp4, a, b, sfb, "bf16", b_format, out, alpha=0.5)
+    engine_gemm(fp4, a, b, no_scales(), sfb, "bf16", b_format, out, alpha_scale=0.5)
     assert_within_bound(out, 0.5 * (a.double() @ b_dq.T), 0.5 * a.double(), b_dq, f"w4a16 {b_format} {shape}")
 
 
@@ -288,5 +295,5 @@ def test_bf16_gemm_is_within_the_bound(fp4, ref, shape):
     m, n, k = shape
     a, b = random_bf16(m, k, 23), random_bf16(n, k, 24, scale=0.05)
     out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
-    gemm_op(fp4, a, b, torch.empty(0, dtype=torch.uint8, device="cuda"), "bf16", "bf16", out, alpha=2.0)
+    engine_gemm(fp4, a, b, no_scales(), no_scales(), "bf16", "bf16", out, alpha_scale=2.0)
     assert_within_bound(out, 2.0 * (a.double() @ b.double().T), 2.0 * a.double(), b.double(), f"bf16 {shape}")
