@@ -71,9 +71,10 @@ def test_hopper_keeps_the_engines_own_bf16_gemm(fp4):
     assert backend(fp4, 90, "bf16", "bf16", m=4096) == "sm90_engine"
 
 
-def test_hopper_serves_bf16_activations_its_engine_does_not_read_above_16_rows(fp4):
-    assert backend(fp4, 90, "bf16", "mxfp8", m=17) == "composition"
-    assert backend(fp4, 90, "bf16", "mxfp8", m=16) != "composition"
+@pytest.mark.parametrize("b_format", ["mxfp8", "e0m3"])
+def test_hopper_serves_bf16_activations_its_engine_does_not_read_above_16_rows(fp4, b_format):
+    assert backend(fp4, 90, "bf16", b_format, m=17) == "composition"
+    assert backend(fp4, 90, "bf16", b_format, m=16) != "composition"
 
 
 def test_k_tails_the_engine_cannot_load_are_served_from_1024_rows(fp4):
@@ -151,13 +152,17 @@ def block(pair) -> int:
     return max({"mxfp8": 32, "mxfp4": 32, "nvfp4": 16, "e0m3": 16, "bf16": 1}[f] for f in pair)
 
 
+def shape_id(shape: tuple[int, int, int]) -> str:
+    return "m{}_n{}_k{}".format(*shape)
+
+
 # (M, N, K): M from 1024, N odd or not a multiple of the tiles, K tails that are not whole 64-wide tiles
 SHAPES = [(1024, 256, 512), (1031, 257, 96), (2500, 130, 352), (4100, 77, 1056)]
 
 
 @requires_sm90
 @pytest.mark.parametrize("pair", PAIRS, ids="x".join)
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "m{}_n{}_k{}".format(*s))
+@pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
 def test_every_format_is_within_the_bound(fp4, ref, pair, shape):
     m, n, k = shape
     k = k // block(pair) * block(pair)
@@ -177,6 +182,21 @@ def test_fp16_outputs_of_ue4m3_scaled_operands_are_within_the_bound(fp4, ref, pa
     out = poisoned_like(torch.empty(m, n, dtype=torch.float16, device="cuda"))
     composition(fp4, a, b, sfa, sfb, pair, out, alpha_scale=0.5)
     assert_within_bound(out, 0.5 * (a64 @ b64.T), 0.5 * a64, b64, f"fp16 {pair} {m=} {n=} {k=}")
+
+
+@requires_sm90
+@pytest.mark.parametrize("b_format", ["mxfp8", "e0m3"])
+@pytest.mark.parametrize("shape", [(17, 96, 64), (300, 257, 96), (1031, 130, 352)], ids=shape_id)
+def test_bf16_activations_the_engine_does_not_read_are_within_the_bound(fp4, ref, b_format, shape):
+    """Dispatch takes these from 17 rows on: the one region the H200 runs below 1024 rows."""
+    m, n, k = shape
+    pair = ("bf16", b_format)
+    assert backend(fp4, 90, *pair, m=m, n=n, k=k) == "composition"
+    a, sfa, a64 = operand(ref, pair[0], m, k, seed=19)
+    b, sfb, b64 = operand(ref, pair[1], n, k, seed=20, scale=0.05)
+    out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
+    composition(fp4, a, b, sfa, sfb, pair, out, alpha=torch.tensor([2.0], device="cuda"))
+    assert_within_bound(out, 2.0 * (a64 @ b64.T), 2.0 * a64, b64, f"{pair} {m=} {n=} {k=}")
 
 
 @requires_sm90
