@@ -4,11 +4,12 @@
 //   A16 = A dequantized, B16 = B dequantized    (dequantize_operand; a bf16 operand is read as it is)
 //   out = round(alpha_scale * alpha[0] * (A16 @ B16^T) + bias[n] + residual[m, n])
 //
-// The copies are bf16, where every dequantized value is exact as in the Hopper engine; for an fp16
-// output they are fp16 (cuBLASLt has no bf16 x bf16 -> fp16 matmul), which holds NVFP4 and E0M3
-// values exactly (UE4M3 scales) but not MX ones. Products of 16-bit values are exact in float32;
-// cuBLASLt accumulates in float32 (CUBLAS_COMPUTE_32F; split-K partial sums in float32 only, never
-// in the output type) and applies the epilogue in float32 before the one rounding to the output:
+// The copies are bf16, where every dequantized value is exact as in the Hopper engine (MX values
+// outside bf16's range excepted, as there); for an fp16 output they are fp16 (cuBLASLt has no
+// bf16 x bf16 -> fp16 matmul), which holds NVFP4 and E0M3 values exactly (UE4M3 scales) but not MX
+// ones. Products of 16-bit values are exact in float32; cuBLASLt accumulates in float32
+// (CUBLAS_COMPUTE_32F; split-K partial sums in float32 only, never in the output type) and applies
+// the epilogue in float32 before the one rounding to the output:
 // - alpha: alpha_scale * alpha[0] (epilogue_alpha), and beta, are device scalars a one-thread kernel
 //   writes into the scratch (pointer mode device: stream-ordered, no host sync);
 // - bias: cuBLASLt's bias epilogue, which reads the bias in the output's type: served only there;
@@ -22,7 +23,7 @@
 // activation (cuBLASLt's GELU is the tanh form, the contract's the erf form), no GeGLU, no NVFP4
 // output, no grouping. Only where dispatch takes it (composition_region), and only when the
 // libcublasLt that torch loaded has every function used. Scratch: the device scalars, the 16-bit
-// copies and cuBLASLt's workspace.
+// copies and cuBLASLt's workspace. Portable CUDA: built for every arch of the common section.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -48,12 +49,12 @@ constexpr const char* kName = "composition";
 
 // ---- where dispatch takes it ---------------------------------------------------------------------
 
-// Measured on the H200 (cuBLAS bf16 time / ours on (N, K) = (4096, 7168), (17408, 5120), (8192, 8192)
-// and (7168, 2048); the composition being our dequantize of both operands plus a cuBLAS bf16 GEMM):
-// from M = 1024 on it was faster than the fused Hopper engine on every shape, at M <= 256 slower. So
-// on sm_90 it takes dense problems with block-scaled weights from 1024 rows on. On every arch it
-// takes bf16 activations that no arch kernel reads (Blackwell's kernels have none), above the skinny
-// tier's M <= 16.
+// Measured on one H200 against cuBLAS bf16 on the dequantized operands, over large-layer and MoE
+// expert shapes (N, K), the composition being our dequantize of both operands plus a cuBLAS bf16
+// GEMM: from M = 1024 on it was faster than the fused Hopper engine on every shape, at M <= 256
+// slower (docs/API.md has the shapes). So on sm_90 it takes dense problems with block-scaled weights
+// from 1024 rows on. On every arch it takes bf16 activations that no arch kernel reads (Blackwell's
+// kernels have none), above the skinny tier's M <= 16.
 constexpr int kHopperCc = 90;
 constexpr int64_t kHopperMinRows = 1024;
 constexpr int64_t kSkinnyMaxRows = 16;
