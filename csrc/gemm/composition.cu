@@ -29,6 +29,7 @@
 #include <dlfcn.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -205,22 +206,20 @@ cudaDataType_t cuda_type(FloatType type) {
   return type == FloatType::Fp32 ? CUDA_R_32F : type == FloatType::Fp16 ? CUDA_R_16F : CUDA_R_16BF;
 }
 
-int64_t type_bytes(FloatType type) { return type == FloatType::Fp32 ? 4 : 2; }
-
 constexpr int64_t kAlign = 256;
 constexpr int64_t kWorkspaceBytes = int64_t{32} << 20;
 
 int64_t aligned_bytes(int64_t bytes) { return ceil_div(bytes, kAlign) * kAlign; }
 
-// The scratch: alpha and beta, then the 16-bit copies of the block-scaled operands, then the
-// workspace; every part 256-byte aligned.
+// The scratch: alpha and beta, then the 16-bit copies (2 bytes an element) of the block-scaled
+// operands, then the workspace; every part 256-byte aligned.
 struct Scratch {
   int64_t a_copy, b_copy, workspace, bytes;
 };
 
 Scratch scratch_layout(const GemmProblem& p) {
   const auto copy_bytes = [&](OperandFormat f, int64_t rows) {
-    return block_scaled(f) ? aligned_bytes(rows * p.k * type_bytes(operand_type(p))) : 0;
+    return block_scaled(f) ? aligned_bytes(rows * p.k * 2) : 0;
   };
   Scratch s;
   s.a_copy = kAlign;
