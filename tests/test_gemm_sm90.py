@@ -26,6 +26,20 @@ def backend(fp4, a_format="nvfp4", b_format="nvfp4", m=256, n=4096, k=4096, **ki
     return fp4._gemm.described_call(a_format, b_format, m=m, n=n, k=k, **kind).backend(90)
 
 
+def engine_gemm(fp4, a, b, sfa, sfb, a_format: str, b_format: str, out, alpha_scale=1.0, alpha=None) -> None:
+    """The `gemm` op on the engine by name (GemmCall.run_on), no epilogue but alpha: from M = 1024 on,
+    dispatch gives dense problems to the composition backend instead (test_gemm_composition.py)."""
+    out_format = "fp16" if out.dtype == torch.float16 else "bf16"
+    fp4._gemm.GemmCall(
+        a, b, sfa, sfb, a_format, b_format, alpha=alpha, alpha_scale=alpha_scale, out=out, out_format=out_format
+    ).run_on("sm90_engine")
+
+
+def no_scales() -> torch.Tensor:
+    """The sfb of a bf16 B: none (a bf16 A has sfa None)."""
+    return torch.empty(0, dtype=torch.uint8, device="cuda")
+
+
 # ---- which problems the engine serves (host-side predicate: runs without a GPU) ------------------
 
 
@@ -154,7 +168,8 @@ def test_e0m3_weight_gemm_is_within_the_bound(fp4, ref, a_format, m):
         a_dq = ref.dequantize(a, sfa, ref.E0M3).double()
     b, sfb = fp4.quantize_e0m3_sfa_fp16(random_bf16(256, 512, 2).half())
     b_dq = ref.dequantize(b, sfb, ref.E0M3).double()
-    out = fp4.e0m3_weight_gemm_fp16(a, b, sfa, sfb, alpha=0.25, a_format=a_format)
+    out = poisoned_like(torch.empty(m, 256, dtype=torch.float16, device="cuda"))
+    engine_gemm(fp4, a, b, sfa, sfb, "nvfp4" if a_format == 1 else "e0m3", "e0m3", out, alpha_scale=0.25)
     assert_within_bound(out, 0.25 * (a_dq @ b_dq.T), 0.25 * a_dq, b_dq, f"e0m3 a_format={a_format}")
 
 
@@ -232,16 +247,12 @@ def test_weights_dequantized_once_to_bf16_are_within_the_bound(fp4, ref, mode, s
     m, n, k = shape
     (a, b, sfa, sfb), a_dq, b_dq = halops_operands(fp4, ref, mode, m, n, k)
     out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
-    fp4.dense_gemm(a, b, sfa, sfb, out, alpha=torch.full((1,), 0.5, device="cuda"), mode=mode)
+    fmt = MODES[mode]
+    engine_gemm(fp4, a, b, sfa, sfb, fmt, fmt, out, alpha=torch.full((1,), 0.5, device="cuda"))
     assert_within_bound(out, 0.5 * (a_dq @ b_dq.T), 0.5 * a_dq, b_dq, f"{mode} {shape}")
 
 
 # ---- bf16 operands: W4A16 (bf16 activations, 4-bit weights) and the plain bf16 GEMM ---------------
-
-
-def gemm_op(fp4, a, b, sfb, a_format: str, b_format: str, out, alpha: float = 1.0) -> None:
-    """The `gemm` op with a bf16 A (no sfa) and a plain bf16 epilogue."""
-    fp4._gemm.GemmCall(a, b, None, sfb, a_format, b_format, alpha_scale=alpha, out=out).run()
 
 
 @pytest.mark.parametrize("b_format", ["nvfp4", "mxfp4", "bf16"])
@@ -266,9 +277,8 @@ def test_bf16_activations_with_4_bit_weights_are_within_the_bound(fp4, ref, b_fo
     mode = {"nvfp4": "w4a4-nvfp4", "mxfp4": "w4a4-mxfp4"}[b_format]
     b, sfb = fp4.group_wise_quant(random_bf16(n, k, 22, scale=0.05), mode)
     b_dq = ref.dequantize(b, sfb, ref.FORMATS[b_format]).double()
-    assert backend(fp4, "bf16", b_format, m=m, n=n, k=k) == "sm90_engine"
     out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
-    gemm_op(fp4, a, b, sfb, "bf16", b_format, out, alpha=0.5)
+    engine_gemm(fp4, a, b, None, sfb, "bf16", b_format, out, alpha_scale=0.5)
     assert_within_bound(out, 0.5 * (a.double() @ b_dq.T), 0.5 * a.double(), b_dq, f"w4a16 {b_format} {shape}")
 
 
@@ -280,5 +290,5 @@ def test_bf16_gemm_is_within_the_bound(fp4, ref, shape):
     m, n, k = shape
     a, b = random_bf16(m, k, 23), random_bf16(n, k, 24, scale=0.05)
     out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
-    gemm_op(fp4, a, b, torch.empty(0, dtype=torch.uint8, device="cuda"), "bf16", "bf16", out, alpha=2.0)
+    engine_gemm(fp4, a, b, None, no_scales(), "bf16", "bf16", out, alpha_scale=2.0)
     assert_within_bound(out, 2.0 * (a.double() @ b.double().T), 2.0 * a.double(), b.double(), f"bf16 {shape}")

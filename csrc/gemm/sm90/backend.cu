@@ -7,10 +7,10 @@
 
 #include "csrc/common/launch.cuh"
 #include "csrc/gemm/backends.h"
+#include "csrc/gemm/dequantize_operand.h"
 #include "csrc/gemm/group_scales.h"
 #include "csrc/gemm/sm90/engine.cuh"
 #include "csrc/gemm/sm90/tensor_map.h"
-#include "csrc/quant/dequantize.h"
 
 namespace fp4_gemm::sm90 {
 namespace {
@@ -176,32 +176,11 @@ Scratch scratch_layout(const GemmProblem& p) {
 
 int64_t scratch_bytes(const GemmProblem& p) { return scratch_layout(p).bytes; }
 
-Recipe dequantize_recipe(OperandFormat format) {
-  switch (format) {
-    case OperandFormat::Mxfp8:
-      return Recipe::Mxfp8;
-    case OperandFormat::Mxfp4:
-      return Recipe::Mxfp4;
-    case OperandFormat::Nvfp4:
-      return Recipe::Nvfp4;
-    default:
-      return Recipe::E0m3;
-  }
-}
-
 // B dequantized exactly into the bf16 scratch: the matrix BSource::Bf16 tiles come from.
 const void* dequantize_b(const GemmProblem& p, const Scratch& layout, cudaStream_t stream) {
-  DequantizeProblem dq;
-  dq.values = p.b.values;
-  dq.scales = p.b.scales;
-  dq.recipe = dequantize_recipe(p.b.format);
-  dq.layout = ScaleLayout::Swizzled;
-  dq.rows = p.n;
-  dq.cols = p.k;
-  dq.out = static_cast<uint8_t*>(p.scratch) + layout.b_bf16;
-  dq.out_type = FloatType::Bf16;
-  dequantize(dq, stream);
-  return dq.out;
+  void* out = static_cast<uint8_t*>(p.scratch) + layout.b_bf16;
+  dequantize_operand(p.b, p.n, p.k, FloatType::Bf16, out, stream);
+  return out;
 }
 
 // Each group's rows as the kernels read them on the device (grouping.cuh); the contiguous spans

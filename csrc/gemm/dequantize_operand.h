@@ -1,0 +1,47 @@
+// A block-scaled GEMM operand dequantized exactly into a 16-bit row-major matrix (docs/FORMATS.md;
+// reference: reference.dequantize): what the backends that hand dense 16-bit operands to a matrix
+// engine run first (the Hopper engine's bf16 B, the composition backend).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <stdexcept>
+
+#include "csrc/gemm/problem.h"
+#include "csrc/quant/dequantize.h"
+
+namespace fp4_gemm {
+
+// The quantizer recipe whose stored encoding a block-scaled operand format is.
+inline Recipe operand_recipe(OperandFormat format) {
+  switch (format) {
+    case OperandFormat::Mxfp8:
+      return Recipe::Mxfp8;
+    case OperandFormat::Mxfp4:
+      return Recipe::Mxfp4;
+    case OperandFormat::Nvfp4:
+      return Recipe::Nvfp4;
+    case OperandFormat::E0m3:
+      return Recipe::E0m3;
+    default:
+      throw std::logic_error("fp4_gemm: a bf16 operand has no scales to dequantize");
+  }
+}
+
+// rows x k values of `operand` (swizzled scales) into out, row-major, of `type` (bf16 or fp16).
+inline void dequantize_operand(const GemmOperand& operand, int64_t rows, int64_t k, FloatType type, void* out,
+                               cudaStream_t stream) {
+  DequantizeProblem dq;
+  dq.values = operand.values;
+  dq.scales = operand.scales;
+  dq.recipe = operand_recipe(operand.format);
+  dq.layout = ScaleLayout::Swizzled;
+  dq.rows = rows;
+  dq.cols = k;
+  dq.out = out;
+  dq.out_type = type;
+  dequantize(dq, stream);
+}
+
+}  // namespace fp4_gemm
