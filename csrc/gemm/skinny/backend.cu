@@ -13,6 +13,7 @@
 #include "csrc/common/launch.cuh"
 #include "csrc/gemm/backends.h"
 #include "csrc/gemm/group_scales.h"
+#include "csrc/gemm/sm90/tensor_map.h"
 #include "csrc/gemm/skinny/kernel.cuh"
 
 namespace fp4_gemm::skinny {
@@ -20,7 +21,7 @@ namespace {
 
 using KernelFn = void (*)(SkinnyArgs);
 
-constexpr int kDefaultLanes = 3;   // 192-byte stage rows: 64 mod 128, no padding
+constexpr int kDefaultLanes = 3;   // 192-byte stage rows: 64 mod 128, reads free of bank conflicts
 constexpr int kDefaultStages = 3;
 constexpr int kMaxSplits = 8;      // the portable cluster size
 constexpr int kMaxDevices = 64;
@@ -71,7 +72,8 @@ bool grouping_supported(const GemmProblem& p) {
 
 bool supports(const GemmProblem& p) {
   const GemmEpilogue& e = p.epilogue;
-  if (p.m < 1 || p.n < 1 || p.k < 1 || p.groups < 1 || p.n > INT32_MAX || p.k > INT32_MAX) return false;
+  if (p.m < 1 || p.n < 1 || p.k < 1 || p.groups < 1 || p.k > INT32_MAX) return false;
+  if (p.groups * p.n > INT32_MAX) return false;  // TMA box coordinates are int32
   if (p.schedule == Schedule::M256 || !grouping_supported(p)) return false;
   if (p.groups > 1 && p.n % kBlockRows != 0) return false;
   if (!operand_pair_supported(p.a.format, p.b.format)) return false;
@@ -210,6 +212,7 @@ struct Plan {
   int64_t clusters;
   int64_t row_blocks;
   int64_t slabs;
+  int64_t row_stages;
   int row_stride;
   int rows_bytes;
   int stage_bytes;
@@ -223,8 +226,8 @@ struct Plan {
 void size_shared_memory(const GemmProblem& p, Plan& plan, int max_smem) {
   const int bits = element_bits(p.b.format);
   const int slab_blocks = kSlabBytes * 8 / bits / block_size(p.b.format);
-  plan.row_stride = plan.lanes * kSlabBytes + (plan.lanes % 2 == 0 ? kSlabBytes : 0);
-  plan.rows_bytes = p.b_interleaved ? kBlockRows * plan.lanes * kSlabBytes : kBlockRows * plan.row_stride;
+  plan.row_stride = plan.lanes * kSlabBytes;  // a TMA box lands densely
+  plan.rows_bytes = kBlockRows * plan.row_stride;
   plan.stage_bytes = plan.rows_bytes + int(ceil_div(3 + plan.lanes * slab_blocks, kSfTileCols)) * kSfTileBytes;
   const int word_bytes = (32 / bits) / 2 * 4;
   plan.act_bytes = plan.lanes * plan.token_tiles * kChunkWords * 32 * word_bytes;
@@ -249,7 +252,7 @@ int64_t max_units(const GemmProblem& p, int64_t row_blocks) {
 }
 
 // The K split: the largest split whose CTAs all fit on the device at once (one wave), each slice at
-// least one stage deep; when even one CTA per unit does not fit, the grid is persistent.
+// least one stage; when even one CTA per unit does not fit, the grid is persistent.
 Plan make_plan(const GemmProblem& p) {
   Plan plan{};
   plan.token_tiles = max_unit_rows(p) <= kTileTokens ? 1 : 2;
@@ -261,6 +264,7 @@ Plan make_plan(const GemmProblem& p) {
   size_shared_memory(p, plan, max_dynamic_shared_memory(device, plan.choice.kernel));
   plan.row_blocks = ceil_div(p.n, kBlockRows);
   plan.slabs = ceil_div(row_bytes(p.b.format, p.k), kSlabBytes);
+  plan.row_stages = ceil_div(plan.slabs, plan.lanes);
   const int device_sms = device_attribute(device, cudaDevAttrMultiProcessorCount);
   const int sms = p.sm_count > 0 ? std::min(p.sm_count, device_sms) : device_sms;
   const auto capacity = [&](int splits) {
@@ -268,7 +272,7 @@ Plan make_plan(const GemmProblem& p) {
     return ctas / splits * sms / device_sms * splits;  // whole clusters on the SMs allowed
   };
   const int64_t units = max_units(p, plan.row_blocks);
-  const int max_splits = int(std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, plan.slabs / plan.lanes)));
+  const int max_splits = int(std::min<int64_t>(kMaxSplits, plan.row_stages));
   plan.splits = 1;
   int64_t best = 0;
   for (int splits = 1; splits <= max_splits; ++splits) {
@@ -316,6 +320,10 @@ void launch(const Plan& plan, const SkinnyArgs& args, bool pdl, cudaStream_t str
 void run(const GemmProblem& p, cudaStream_t stream) {
   const Plan plan = make_plan(p);
   SkinnyArgs args{};
+  if (!p.b_interleaved) {
+    args.b_map = sm90::byte_matrix_map(p.b.values, p.groups * p.n, row_bytes(p.b.format, p.k), plan.row_stride,
+                                       kBlockRows);
+  }
   args.a = static_cast<const uint8_t*>(p.a.values);
   args.sfa = p.a.scales;
   args.a_row_bytes = row_bytes(p.a.format, p.k);
@@ -327,6 +335,7 @@ void run(const GemmProblem& p, cudaStream_t stream) {
   args.n = p.n;
   args.row_blocks = plan.row_blocks;
   args.slabs = plan.slabs;
+  args.row_stages = plan.row_stages;
   args.splits = plan.splits;
   args.lanes = plan.lanes;
   args.stages = plan.stages;

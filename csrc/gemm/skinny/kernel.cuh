@@ -9,11 +9,12 @@
 // rows has no unit and reads no weight byte, and a group with more than 16 rows has one unit per
 // 16-row chunk (its weight streams once per chunk).
 //
-// Streaming. One producer warp issues bulk copies (cp.async.bulk, completing on an mbarrier) of a
-// *stage* into a ring of `stages` buffers: the unit's 128 rows x L slabs of 64 bytes, one copy per
-// row (or per 8-row tile of the streaming layout), plus the SfAtom tiles of those K columns, one
-// copy. 2L consumer warps each take 64 rows (four mma tiles of 16) x one slab of every stage; the
-// stage's row stride is 64 mod 128 bytes, so that their 16-byte reads hit distinct banks.
+// Streaming. One producer warp fills a ring of `stages` shared buffers, each completing on an
+// mbarrier: a *stage* is the unit's 128 rows x L slabs of 64 bytes, one TMA box (cp.async.bulk.tensor;
+// one bulk copy per 8-row tile of the streaming layout), plus the SfAtom tiles of those K columns, one
+// bulk copy. 2L consumer warps each take 64 rows (four mma tiles of 16) x one slab of every stage;
+// with L odd the stage's row stride is 64 mod 128 bytes, so that their 16-byte reads hit distinct
+// banks. The CTAs of a cluster split every row's stages, whole stages each.
 //
 // Decode and MMA. The MMA runs with A and B swapped: 16 weight rows are its M side, 8 activation
 // rows its N side. Lane (g, t) reads chunk t of the slab of rows g and g + 8, decodes each 32-bit
@@ -29,6 +30,7 @@
 // concurrent streams.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -60,6 +62,7 @@ constexpr int kPartialStride = kBlockRows + 4;  // floats per activation row of 
 constexpr int kConsumerBarrier = 1;             // named barrier of the consumer warps
 
 struct SkinnyArgs {
+  CUtensorMap b_map;   // row-major B as a [groups * n, b_row_bytes] byte matrix, boxes of one stage
   const uint8_t* a;    // [rows of A, a_row_bytes]: block-scaled values, or bf16
   const uint8_t* sfa;  // SfAtom scales of A's rows (block-scaled A)
   int64_t a_row_bytes;
@@ -71,11 +74,12 @@ struct SkinnyArgs {
   int64_t n;           // rows of each weight matrix
   int64_t row_blocks;  // ceil(n / 128)
   int64_t slabs;       // ceil(b_row_bytes / 64)
+  int64_t row_stages;  // ceil(slabs / lanes): the stages of one row
   GroupRows groups;
   int splits;       // S: CTAs of a cluster, each a slice of K
   int lanes;        // L: slab warps per row group (2L consumer warps), slabs per stage
   int stages;       // ring buffers
-  int row_stride;   // bytes of one row in a stage (row-major B)
+  int row_stride;   // bytes of one row in a stage (row-major B): lanes * 64
   int rows_bytes;   // bytes of a stage's rows; its SfAtom tiles follow
   int stage_bytes;
   int act_offset;   // the two activation buffers (and the partial sums), after the ring
@@ -303,7 +307,7 @@ struct SkinnyKernel {
       const int64_t k_end = slab_end * kSlabBytes < args.b_row_bytes ? slab_end * kSlabBytes : args.b_row_bytes;
       for (int64_t slab = slab_begin; slab < slab_end; slab += args.lanes, ++it) {
         const int slot = int(it % uint32_t(args.stages));
-        mbarrier_wait(&empty[slot], ((it / uint32_t(args.stages)) & 1) ^ 1);
+        sm90::mbar_wait(&empty[slot], ((it / uint32_t(args.stages)) & 1) ^ 1);
         const int64_t k0 = slab * kSlabBytes;
         const int64_t stage_end = k0 + args.lanes * kSlabBytes < k_end ? k0 + args.lanes * kSlabBytes : k_end;
         const uint32_t bytes = uint32_t(stage_end - k0);
@@ -311,23 +315,23 @@ struct SkinnyKernel {
         const int64_t end_tile = ceil_div(ceil_div(stage_end * kElementsPerByte, kBlock), kSfTileCols);
         const uint32_t tile_bytes = uint32_t((end_tile - first_tile) * kSfTileBytes);
         uint8_t* stage = smem + slot * args.stage_bytes;
-        if (lane == 0) mbarrier_arrive_expect_tx(&full[slot], uint32_t(rows) * bytes + tile_bytes);
-        __syncwarp();
         if constexpr (kInterleaved) {
+          // One bulk copy per 8-row tile: its K range is contiguous in the streaming layout.
+          if (lane == 0) sm90::mbar_arrive_expect_tx(&full[slot], uint32_t(rows) * bytes + tile_bytes);
+          __syncwarp();
           const int64_t tile_stride = 8 * args.b_row_bytes;  // one 8-row tile's whole K range
           for (int e = lane; e < rows / 8; e += 32) {
-            bulk_copy_to_shared(stage + e * (8 * args.lanes * kSlabBytes),
-                                args.b + (row0 / 8 + e) * tile_stride + 8 * k0, 8 * bytes, &full[slot]);
+            sm90::bulk_load(stage + e * (8 * args.lanes * kSlabBytes), args.b + (row0 / 8 + e) * tile_stride + 8 * k0,
+                            8 * bytes, &full[slot]);
           }
-        } else {
-          for (int r = lane; r < rows; r += 32) {
-            bulk_copy_to_shared(stage + r * args.row_stride, args.b + (row0 + r) * args.b_row_bytes + k0, bytes,
-                                &full[slot]);
-          }
+        } else if (lane == 0) {
+          // One box of 128 rows x the stage's K range; rows past the matrix and bytes past K arrive
+          // as zeros (and count toward the transaction all the same).
+          sm90::mbar_arrive_expect_tx(&full[slot], uint32_t(args.rows_bytes) + tile_bytes);
+          sm90::tma_load_2d(stage, &args.b_map, &full[slot], int32_t(k0), int32_t(row0));
         }
         if (lane == 0) {
-          bulk_copy_to_shared(stage + args.rows_bytes, row_tile_scales + first_tile * kSfTileBytes, tile_bytes,
-                              &full[slot]);
+          sm90::bulk_load(stage + args.rows_bytes, row_tile_scales + first_tile * kSfTileBytes, tile_bytes, &full[slot]);
         }
       }
     }
@@ -411,9 +415,9 @@ struct SkinnyKernel {
           if (slab + lanes + slab_lane < slab_end) load_activation(args, unit, slab + lanes + slab_lane, row_group, lane, raw);
         }
         // This buffer is complete, and nobody still reads the one the next stage overwrites.
-        named_barrier_sync(kConsumerBarrier, threads);
+        sm90::named_barrier_sync(kConsumerBarrier, threads);
         const int slot = int(it % uint32_t(args.stages));
-        mbarrier_wait(&full[slot], (it / uint32_t(args.stages)) & 1);
+        sm90::mbar_wait(&full[slot], (it / uint32_t(args.stages)) & 1);
         if (slab_lane < stage_slabs) {
           const int64_t chunks_left = (args.b_row_bytes - slab * kSlabBytes) / kChunkBytes;
           const int valid_chunks = int(chunks_left < lanes * kSlabChunks ? chunks_left : lanes * kSlabChunks);
@@ -426,13 +430,13 @@ struct SkinnyKernel {
           }
         }
         __syncwarp();
-        if (lane == 0) mbarrier_arrive(&empty[slot]);
+        if (lane == 0) sm90::mbar_arrive(&empty[slot]);
       }
 
-      named_barrier_sync(kConsumerBarrier, threads);  // every warp is done with the activation buffers
+      sm90::named_barrier_sync(kConsumerBarrier, threads);  // every warp is done with the activation buffers
       for (int l = 0; l < lanes; ++l) {
         if (slab_lane == l) accumulate(partial, acc, row_group, lane, l == 0);
-        named_barrier_sync(kConsumerBarrier, threads);
+        sm90::named_barrier_sync(kConsumerBarrier, threads);
       }
       if (args.splits > 1) {
         if (warp == 0 && lane == 0) {
@@ -442,7 +446,7 @@ struct SkinnyKernel {
         mbarrier_wait_cluster(ready, units_done & 1);
       }
       store_slice(args, unit, partial, rank, warp * 32 + lane, threads);
-      named_barrier_sync(kConsumerBarrier, threads);  // done reading every rank's partial sums
+      sm90::named_barrier_sync(kConsumerBarrier, threads);  // done reading every rank's partial sums
       if (args.splits > 1 && warp == 0 && lane == 0) {
         for (int r = 0; r < args.splits; ++r) mbarrier_arrive_cluster(cluster_address(consumed, uint32_t(r)));
       }
@@ -463,12 +467,13 @@ struct SkinnyKernel {
     const int consumers = kRowGroups * args.lanes;
     if (threadIdx.x == 0) {
       for (int s = 0; s < args.stages; ++s) {
-        mbarrier_init(&full[s], 1);
-        mbarrier_init(&empty[s], uint32_t(consumers));
+        sm90::mbar_init(&full[s], 1);
+        sm90::mbar_init(&empty[s], uint32_t(consumers));
       }
-      mbarrier_init(&ready, uint32_t(args.splits));
-      mbarrier_init(&consumed, uint32_t(args.splits));
-      fence_mbarrier_init();
+      sm90::mbar_init(&ready, uint32_t(args.splits));
+      sm90::mbar_init(&consumed, uint32_t(args.splits));
+      sm90::mbar_init_fence();
+      if constexpr (!kInterleaved) sm90::prefetch_tensor_map(&args.b_map);
     }
     if (args.splits > 1) {
       cluster_sync();  // every CTA's barriers exist before anyone arrives on them
@@ -477,9 +482,12 @@ struct SkinnyKernel {
     }
     griddep_wait();
     griddep_launch_dependents();
+    // Rank q streams stages [q * R / S, (q + 1) * R / S) of every row (R stages a row): whole boxes,
+    // so that no box reads into another rank's slice.
     const int rank = int(blockIdx.x) % args.splits;
-    const int64_t slab_begin = rank * args.slabs / args.splits;
-    const int64_t slab_end = (rank + 1) * args.slabs / args.splits;
+    const int64_t slab_begin = rank * args.row_stages / args.splits * args.lanes;
+    const int64_t stage_end = (rank + 1) * args.row_stages / args.splits * args.lanes;
+    const int64_t slab_end = stage_end < args.slabs ? stage_end : args.slabs;
     UnitWalk walk{};
     walk.next = int64_t(blockIdx.x) / args.splits;
     walk.stride = int64_t(gridDim.x) / args.splits;
