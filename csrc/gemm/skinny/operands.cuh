@@ -133,15 +133,20 @@ struct PowerOfTwoFactors {
   }
 };
 
-// E2M1 values with UE8M0 scales per 32: pattern (value * 2^-126) * 2^(k + 126).
-template <>
-struct OperandCodec<OperandFormat::Mxfp4> {
-  static constexpr int kElementBits = 4;
+// What the MX codecs share: UE8M0 scales per 32 elements, true values.
+template <int kBits, int kBias, int kCap>
+struct MxCodec {
+  static constexpr int kElementBits = kBits;
   static constexpr int kBlock = 32;
   static constexpr int kUnbiasExponent = 0;
-  using Factors = PowerOfTwoFactors<126, 1>;
-  __device__ __forceinline__ static Factors factors(uint32_t codes) { return Factors::from(codes); }
   static constexpr bool kHasRest = true;
+  using Factors = PowerOfTwoFactors<kBias, kCap>;
+  __device__ __forceinline__ static Factors factors(uint32_t codes) { return Factors::from(codes); }
+};
+
+// E2M1 values with UE8M0 scales per 32: pattern (value * 2^-126) * 2^(k + 126).
+template <>
+struct OperandCodec<OperandFormat::Mxfp4> : MxCodec<4, 126, 1> {
   template <bool kRest = false>
   __device__ __forceinline__ static void decode(uint32_t word, const Factors& f, int, uint32_t (&pairs)[4]) {
     Bf16x2 patterns[4];
@@ -155,13 +160,7 @@ struct OperandCodec<OperandFormat::Mxfp4> {
 // 2^-120 (subnormals included); the NaN codes 0x7F / 0xFF are the only ones whose magnitude bits
 // are all ones, and become bf16 NaN.
 template <>
-struct OperandCodec<OperandFormat::Mxfp8> {
-  static constexpr int kElementBits = 8;
-  static constexpr int kBlock = 32;
-  static constexpr int kUnbiasExponent = 0;
-  using Factors = PowerOfTwoFactors<120, 7>;
-  __device__ __forceinline__ static Factors factors(uint32_t codes) { return Factors::from(codes); }
-  static constexpr bool kHasRest = true;
+struct OperandCodec<OperandFormat::Mxfp8> : MxCodec<8, 120, 7> {
   template <bool kRest = false>
   __device__ __forceinline__ static void decode(uint32_t word, const Factors& f, int, uint32_t (&pairs)[2]) {
     const uint32_t placed[2] = {((word << 8) & 0x80008000u) | ((word << 4) & 0x07F007F0u),
