@@ -9,29 +9,35 @@ GPU."""
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import torch
 from cases import build_capabilities, compute_capability
-from checks import POISON_BYTE, assert_bitwise_equal, assert_within_bound, poisoned_like, ulp
+from checks import POISON_BYTE, assert_bitwise_equal, assert_within_bound, poisoned_like
 from conftest import requires_cuda
+from decode_cases import (
+    EXPERT_SHAPES,
+    MODES,
+    QUALIFICATION_SHAPES,
+    Operands,
+    assert_epilogue_within_bound,
+    backend,
+    gemm,
+    gpu_activation,
+    gpu_weight,
+    poisoned_out,
+    random_bf16,
+)
 
-MODES = {"mxfp8": "w8a8-mxfp8", "mxfp4": "w4a4-mxfp4", "nvfp4": "w4a4-nvfp4"}
 OPERAND_PAIRS = [("nvfp4", "nvfp4"), ("mxfp4", "mxfp4"), ("mxfp8", "mxfp8"), ("nvfp4", "e0m3"), ("e0m3", "e0m3")]
+W4A16_PAIRS = [("bf16", "nvfp4"), ("bf16", "mxfp4"), ("bf16", "mxfp8")]
 ARCHS = tuple(compute_capability(cap) for cap in build_capabilities())  # 90, 100, ... from build.toml
-GELU_SLOPE = 1.13  # the largest slope of the erf GELU: an error of its input carries over at most that much
-
-
-def backend(fp4, a_format="nvfp4", b_format="nvfp4", m=4, n=4096, k=4096, cc=90, **kind) -> str:
-    return fp4._gemm.described_call(a_format, b_format, m=m, n=n, k=k, **kind).backend(cc)
 
 
 # ---- which problems the skinny kernels serve (host-side predicate: runs without a GPU) ----------
 
 
 @pytest.mark.parametrize("cc", ARCHS)
-@pytest.mark.parametrize("pair", OPERAND_PAIRS, ids="-".join)
+@pytest.mark.parametrize("pair", OPERAND_PAIRS + W4A16_PAIRS, ids="-".join)
 def test_skinny_serves_every_dense_problem_of_up_to_16_rows_on_every_arch(fp4, cc, pair):
     for m in range(1, 17):
         for activation in ("none", "gelu", "relu2"):
@@ -57,13 +63,16 @@ def test_skinny_serves_the_interleaved_gemv_at_its_alignment(fp4):
         {"activation": "geglu", "out_format": "nvfp4_from_fp16"},
         {"out_format": "nvfp4"},
         {"activation": "relu2", "out_format": "nvfp4"},
-        {"grouping": "masked"},
-        {"grouping": "contiguous"},
-        {"grouping": "batched"},
+        {"grouping": "masked", "m": 17},  # 17 rows per group
+        {"grouping": "batched", "m": 17},
+        {"grouping": "contiguous", "m": 17},  # 136 rows over 8 groups: more than 16 per group on average
+        {"grouping": "masked", "n": 4104},  # a group's weight rows would not start on a 128-row scale tile
+        {"grouping": "masked", "out_format": "nvfp4"},
         {"k": 48},  # 24-byte NVFP4 rows: not whole 16-byte chunks
         {"m": 2, "b_interleaved": True},  # the streaming layout is the M = 1 GEMV's
         {"m": 1, "n": 12, "k": 64, "b_interleaved": True},
         {"m": 1, "n": 8, "k": 96, "b_interleaved": True},
+        {"m": 1, "grouping": "masked", "b_interleaved": True},
     ],
     ids=lambda kind: "-".join(f"{key}={value}" for key, value in kind.items()),
 )
@@ -72,81 +81,9 @@ def test_skinny_leaves_other_problems_to_the_engines_or_the_reference(fp4, kind)
 
 
 def test_skinny_leaves_mismatched_operand_formats_alone(fp4):
-    for a_format, b_format in [("mxfp4", "nvfp4"), ("nvfp4", "mxfp4"), ("mxfp8", "mxfp4"), ("mxfp4", "e0m3")]:
+    pairs = [("mxfp4", "nvfp4"), ("nvfp4", "mxfp4"), ("mxfp8", "mxfp4"), ("mxfp4", "e0m3"), ("bf16", "e0m3")]
+    for a_format, b_format in pairs:
         assert backend(fp4, a_format, b_format) != "skinny", (a_format, b_format)
-
-
-# ---- operands and the bound -------------------------------------------------------------------
-
-
-def quantize(ref, fmt: str, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """CPU quantization by the reference, with the scale buffer the public functions of fmt take
-    (flat for NVFP4 and E0M3, the halops 2-D view for the MX formats)."""
-    values, scales = ref.quantize(x.half() if fmt == "e0m3" else x, ref.FORMATS[fmt], swizzle=True)
-    return values, scales.reshape(-1) if fmt in ("nvfp4", "e0m3") else scales
-
-
-def random_bf16(rows: int, cols: int, seed: int, scale: float = 1.0) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return (torch.randn(rows, cols, generator=g) * scale).to(torch.bfloat16)
-
-
-@functools.lru_cache(maxsize=8)
-def quantized_weight(ref, fmt: str, n: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A weight-like B (N(0, 0.05)) quantized by the reference, and its exact float64 values."""
-    b, sfb = quantize(ref, fmt, random_bf16(n, k, seed, scale=0.05))
-    return b, sfb, ref.dequantize(b, sfb, ref.FORMATS[fmt]).double()
-
-
-class Operands:
-    """A [M, K] and B [N, K] quantized on the CPU, their exact float64 values, and CUDA copies."""
-
-    def __init__(self, ref, a_format: str, b_format: str, m: int, n: int, k: int, seed: int = 0) -> None:
-        self.a, self.sfa = quantize(ref, a_format, random_bf16(m, k, seed))
-        self.a_dq = ref.dequantize(self.a, self.sfa, ref.FORMATS[a_format]).double()
-        self.b, self.sfb, self.b_dq = quantized_weight(ref, b_format, n, k, seed + 1)
-
-    def cuda(self) -> tuple[torch.Tensor, ...]:
-        return tuple(t.cuda() for t in (self.a, self.b, self.sfa, self.sfb))
-
-    def product(self) -> torch.Tensor:
-        return self.a_dq @ self.b_dq.T
-
-
-def assert_epilogue_within_bound(
-    out: torch.Tensor,
-    ops: Operands,
-    alpha: float = 1.0,
-    bias: torch.Tensor | None = None,
-    residual: torch.Tensor | None = None,
-    activation: str = "none",
-    what: str = "",
-) -> None:
-    """The FORMATS.md bound for act(alpha * A @ B^T + bias + residual): alpha scales the accumulation
-    term, the float32 additions of bias and residual add their rounding, GELU carries its input error
-    over at most GELU_SLOPE times (the output ulp is of the result)."""
-    y = alpha * ops.product()
-    terms = y.abs()
-    for extra in (bias, residual):
-        if extra is not None:
-            y = y + extra.double().cpu()
-            terms = terms + extra.double().cpu().abs()
-    expected = {"none": y, "gelu": torch.nn.functional.gelu(y), "relu2": torch.relu(y) ** 2}[activation]
-    k = ops.a_dq.shape[1]
-    input_error = k * 2.0**-24 * abs(alpha) * (ops.a_dq.abs() @ ops.b_dq.abs().T) + 2.0**-23 * terms
-    # |f(y + d) - f(y)| <= slope * |d|; for relu2 that slope is 2 |y| + |d|
-    slope = {"none": 1.0, "gelu": GELU_SLOPE, "relu2": 2 * y.abs() + input_error}[activation]
-    out = out.cpu()
-    bound = ulp(expected, out.dtype) + slope * input_error + 2.0**-22 * expected.abs()
-    nan = expected.isnan()
-    assert torch.equal(out.isnan(), nan), f"{what}: NaN where the reference has none, or the reverse"
-    err = torch.where(nan, 0.0, (out.double() - expected).abs())
-    worst = (err - bound).max().item()
-    assert worst <= 0, f"{what}: error exceeds the bound by {worst:.3g} (max err {err.max().item():.3g})"
-
-
-def poisoned_out(m: int, n: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    return poisoned_like(torch.empty(m, n, dtype=dtype, device="cuda"))
 
 
 # ---- every M, every format ----------------------------------------------------------------------
@@ -362,22 +299,20 @@ def test_runs_are_bitwise_equal_and_replay_in_a_cuda_graph(fp4, ref, fmt):
     assert_within_bound(out.cpu(), 1.25 * ops.product(), 1.25 * ops.a_dq, ops.b_dq, f"{fmt} graph replay")
 
 
-# The decode shapes of the benchmark: quantized by the package on the GPU (its quantizers equal the
-# reference bit for bit, test_quantize.py) and checked against the reference run on the GPU.
-DECODE_SHAPES = [(17408, 5120), (5120, 17408), (12288, 5120)]
+# The decode shapes of the benchmark: operands quantized by the package on the GPU and checked
+# against float64 math on the GPU.
 
 
-def gpu_operands(fp4, ref, fmt: str, m: int, n: int, k: int, seed: int):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    a, sfa = fp4.group_wise_quant(torch.randn(m, k, generator=g, device="cuda").to(torch.bfloat16), MODES[fmt])
-    b, sfb = fp4.group_wise_quant((torch.randn(n, k, generator=g, device="cuda") * 0.05).to(torch.bfloat16), MODES[fmt])
-    dq = [ref.dequantize(v, s, ref.FORMATS[fmt]).double() for v, s in ((a, sfa), (b, sfb))]
-    return (a, b, sfa, sfb), dq[0], dq[1]
+def gpu_operands(fp4, ref, a_format: str, b_format: str, m: int, n: int, k: int, seed: int, a_scale: float = 1.0,
+                 b_scale: float = 1.0):  # fmt: skip
+    a, sfa, a_dq = gpu_activation(fp4, ref, a_format, m, k, seed, scale=a_scale)
+    b, sfb = gpu_weight(fp4, ref, b_format, n, k, seed + 1, scale=b_scale)
+    return (a, b, sfa, sfb), a_dq, ref.dequantize(b, sfb, ref.FORMATS[b_format]).double()
 
 
 @requires_cuda
 def test_gemv_replays_in_a_cuda_graph(fp4, ref):
-    (a, b, sfa, sfb), a_dq, b_dq = gpu_operands(fp4, ref, "nvfp4", 1, 17408, 5120, seed=14)
+    (a, b, sfa, sfb), a_dq, b_dq = gpu_operands(fp4, ref, "nvfp4", "nvfp4", 1, 17408, 5120, seed=14)
     streamed = fp4.fp4_repack_b_interleaved_sm120(b)
     first = fp4.fp4_w4a4_gemv_warpsplit_interleaved_bf16(a, streamed, sfa, sfb)
     out = poisoned_like(first)
@@ -393,14 +328,111 @@ def test_gemv_replays_in_a_cuda_graph(fp4, ref):
 
 @requires_cuda
 @pytest.mark.parametrize("m", [1, 16])
-@pytest.mark.parametrize("fmt", list(MODES))
-@pytest.mark.parametrize("nk", DECODE_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_decode_shapes_within_the_bound(fp4, ref, nk, fmt, m):
+@pytest.mark.parametrize("pair", [(f, f) for f in MODES] + W4A16_PAIRS[:2], ids="-".join)
+@pytest.mark.parametrize("nk", QUALIFICATION_SHAPES + EXPERT_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_decode_shapes_within_the_bound(fp4, ref, nk, pair, m):
     n, k = nk
-    (a, b, sfa, sfb), a_dq, b_dq = gpu_operands(fp4, ref, fmt, m, n, k, seed=15)
+    (a, b, sfa, sfb), a_dq, b_dq = gpu_operands(fp4, ref, *pair, m, n, k, seed=15)
+    out = gemm(fp4, a, b, sfa, sfb, *pair, poisoned_out(m, n))
+    assert backend(fp4, *pair, m=m, n=n, k=k) == "skinny"
+    assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"{pair} M={m} {n}x{k}")
+
+
+# ---- W4A16: bf16 activations over NVFP4, MXFP4 and MXFP8 weights (the gemm op, a_format "bf16") -----
+
+
+@requires_cuda
+@pytest.mark.parametrize("n", [8, 4104])
+@pytest.mark.parametrize("m", range(1, 17))
+@pytest.mark.parametrize("b_format", ["nvfp4", "mxfp4", "mxfp8"])
+def test_w4a16_gemm_every_m_within_the_bound(fp4, ref, b_format, m, n):
+    ops = Operands(ref, "bf16", b_format, m, n, 512, seed=500 + m)
+    a, b, sfa, sfb = ops.cuda()
+    out = gemm(fp4, a, b, sfa, sfb, "bf16", b_format, poisoned_out(m, n), alpha_scale=0.5)
+    assert_within_bound(out.cpu(), 0.5 * ops.product(), 0.5 * ops.a_dq, ops.b_dq, f"bf16 x {b_format} M={m} N={n}")
+
+
+@requires_cuda
+@pytest.mark.parametrize("m", [1, 9, 16])
+@pytest.mark.parametrize("b_format", ["nvfp4", "mxfp4"])
+def test_w4a16_every_epilogue_within_the_bound(fp4, ref, b_format, m):
+    n, k = 1032, 384
+    ops = Operands(ref, "bf16", b_format, m, n, k, seed=600 + m)
+    a, b, sfa, sfb = ops.cuda()
+    alpha = torch.tensor([0.75], device="cuda")
+    for out_dtype in (torch.bfloat16, torch.float16):
+        for bias_dtype in (torch.bfloat16, torch.float16, torch.float32):
+            bias = random_bf16(1, n, 3).reshape(n).to(bias_dtype)
+            residual = random_bf16(m, n, 4).to(out_dtype)
+            for activation in ("none", "gelu", "relu2"):
+                out = gemm(fp4, a, b, sfa, sfb, "bf16", b_format, poisoned_out(m, n, out_dtype), alpha=alpha,
+                           bias=bias.cuda(), residual=residual.cuda(), activation=activation)  # fmt: skip
+                what = f"{b_format} M={m} out {out_dtype} bias {bias_dtype} {activation}"
+                assert_epilogue_within_bound(out, ops, 0.75, bias, residual, activation, what)
+
+
+@requires_cuda
+@pytest.mark.parametrize("b_format", ["nvfp4", "mxfp4", "mxfp8"])
+def test_w4a16_nan_weight_scales_make_their_column_nan(fp4, ref, b_format):
+    m, n, k = 7, 264, 256
+    ops = Operands(ref, "bf16", b_format, m, n, k, seed=21)
+    a, b, sfa, sfb = ops.cuda()
+    nkb = k // ref.FORMATS[b_format].group
+    sfb.reshape(-1)[ref.sf_offset(130, nkb - 1, nkb)] = ref.FORMATS[b_format].scale_nan
+    nan_mask = gemm(fp4, a, b, sfa, sfb, "bf16", b_format, poisoned_out(m, n)).isnan().cpu()
+    expected = torch.zeros(m, n, dtype=torch.bool)
+    expected[:, 130] = True
+    assert torch.equal(nan_mask, expected), f"{b_format}: NaN at {nan_mask.nonzero().tolist()[:8]}"
+
+
+@requires_cuda
+@pytest.mark.parametrize("b_format", ["nvfp4", "mxfp4"])
+def test_w4a16_runs_are_bitwise_equal_and_replay_in_a_cuda_graph(fp4, ref, b_format):
+    m, n, k = 16, 4096, 7168
+    (a, b, sfa, sfb), a_dq, b_dq = gpu_operands(fp4, ref, "bf16", b_format, m, n, k, seed=22)
+    first = gemm(fp4, a, b, sfa, sfb, "bf16", b_format, poisoned_out(m, n))
+    again = gemm(fp4, a, b, sfa, sfb, "bf16", b_format, poisoned_out(m, n))
+    assert_bitwise_equal(again, first, f"{b_format} run to run")
     out = poisoned_out(m, n)
-    fp4.dense_gemm(a, b, sfa, sfb, out, alpha=torch.ones(1, device="cuda"), mode=MODES[fmt])
-    assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"{fmt} M={m} {n}x{k}")
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        gemm(fp4, a, b, sfa, sfb, "bf16", b_format, out)
+    out.view(torch.uint8).fill_(POISON_BYTE)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_bitwise_equal(out, first, f"{b_format} graph replay")
+    assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"bf16 x {b_format} graph replay")
+
+
+# ---- MX block scales beyond one bf16 factor, NaN E4M3 elements ----------------------------------
+
+
+@requires_cuda
+@pytest.mark.parametrize("scales", [(2.0**24, 2.0**-24), (2.0**-24, 2.0**24)], ids=["large-a", "large-b"])
+@pytest.mark.parametrize("pair", [("mxfp4", "mxfp4"), ("mxfp8", "mxfp8"), ("bf16", "mxfp4"), ("bf16", "mxfp8")],
+                         ids="-".join)  # fmt: skip
+def test_mx_scales_above_one_bf16_factor_within_the_bound(fp4, ref, pair, scales):
+    """Block scales 2^k with k above 1 (MXFP4) or 7 (MXFP8) take the decode's second multiply."""
+    m, n, k = 5, 520, 1024
+    (a, b, sfa, sfb), a_dq, b_dq = gpu_operands(fp4, ref, *pair, m, n, k, seed=23, a_scale=scales[0],
+                                                b_scale=scales[1])  # fmt: skip
+    out = gemm(fp4, a, b, sfa, sfb, *pair, poisoned_out(m, n))
+    assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"{pair} scales {scales}")
+
+
+@requires_cuda
+@pytest.mark.parametrize("a_format", ["mxfp8", "bf16"])
+def test_nan_e4m3_weight_elements_make_their_column_nan(fp4, ref, a_format):
+    m, n, k = 3, 136, 128
+    ops = Operands(ref, a_format, "mxfp8", m, n, k, seed=24)
+    a, b, sfa, sfb = ops.cuda()
+    b.view(torch.uint8)[77, 5] = 0x7F
+    b.view(torch.uint8)[90, 100] = 0xFF
+    nan_mask = gemm(fp4, a, b, sfa, sfb, a_format, "mxfp8", poisoned_out(m, n)).isnan().cpu()
+    expected = torch.zeros(m, n, dtype=torch.bool)
+    expected[:, [77, 90]] = True
+    assert torch.equal(nan_mask, expected), f"{a_format}: NaN at {nan_mask.nonzero().tolist()[:8]}"
 
 
 # ---- the streaming-layout repack -------------------------------------------------------------------

@@ -1,5 +1,5 @@
-// The skinny backend: which problems the M <= 16 kernels serve, how a launch is planned (warps,
-// pipeline depth, K splits), the split-K scratch it asks the binding for, and the registration.
+// The skinny backend: which problems the kernel of kernel.cuh serves, how a launch is planned
+// (slab warps, ring depth, the K split over a cluster, the grid), and the registration.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -7,10 +7,13 @@
 #include <mutex>
 #include <stdexcept>
 #include <tuple>
+#include <utility>
 
 #include "csrc/common/check.h"
 #include "csrc/common/launch.cuh"
 #include "csrc/gemm/backends.h"
+#include "csrc/gemm/group_scales.h"
+#include "csrc/gemm/sm90/tensor_map.h"
 #include "csrc/gemm/skinny/kernel.cuh"
 
 namespace fp4_gemm::skinny {
@@ -18,72 +21,111 @@ namespace {
 
 using KernelFn = void (*)(SkinnyArgs);
 
-// Defaults measured on the H200 (NVFP4, M = 1 and 16, (17408, 5120) and (5120, 17408)): 4 warps and
-// 2 stages were fastest or within 3% of it; deeper rings were slower (more shared memory, fewer
-// resident blocks), since the kernel is bound by its decode instructions, not by memory latency.
-constexpr int kDefaultWarps = 4;
+// 128-byte stage rows, two stages: the smallest CTA that keeps a stage in flight, so the most CTAs
+// (and consumer warps) per SM. Measured on the H200 (results/h200-gemm-skinny-knobs.json): the
+// fastest or within 1% of it at every shape and M of the sweep; 3 x 3 ran 1.3-1.5x slower.
+constexpr int kDefaultLanes = 2;
 constexpr int kDefaultStages = 2;
+constexpr int kMaxSplits = 8;      // the portable cluster size
 constexpr int kMaxDevices = 64;
-constexpr int kDefaultSharedBytes = 48 * 1024;  // above this a kernel must opt in
-// The float32 partial sums of a K split make a round trip through memory: at most this many bytes.
-constexpr int64_t kMaxPartialBytes = int64_t{8} << 20;
-constexpr int64_t kCounterAlignment = 256;  // scratch layout: counters, then the partials, aligned
+constexpr int64_t kScratchAlignment = 256;
 
-// Operand pairs the kernels decode: the three symmetric modes, and E0M3 weights under NVFP4 or E0M3
-// activations.
+// Operand pairs the kernel decodes: the three symmetric modes, E0M3 weights under NVFP4 or E0M3
+// activations, and bf16 activations (W4A16) over NVFP4, MXFP4 or MXFP8 weights.
 bool operand_pair_supported(OperandFormat a, OperandFormat b) {
   switch (b) {
     case OperandFormat::Nvfp4:
     case OperandFormat::Mxfp4:
-    case OperandFormat::Mxfp8: return a == b;
+    case OperandFormat::Mxfp8: return a == b || a == OperandFormat::Bf16;
     case OperandFormat::E0m3: return a == OperandFormat::Nvfp4 || a == OperandFormat::E0m3;
+    case OperandFormat::Bf16: return false;
   }
   return false;
 }
 
+int64_t row_bytes(OperandFormat format, int64_t k) { return k * element_bits(format) / 8; }
+
 size_t float_type_bytes(FloatType type) { return type == FloatType::Fp32 ? 4 : 2; }
 
-int64_t row_bytes(const GemmProblem& p) { return p.k * element_bits(p.b.format) / 8; }
+// The most activation rows one group hands a unit: its tile count is 1 (<= 8) or 2.
+int64_t max_unit_rows(const GemmProblem& p) {
+  switch (p.grouping) {
+    case Grouping::Batched:
+    case Grouping::Masked: return p.group_rows;
+    case Grouping::Contiguous: return std::min<int64_t>(p.m, kMaxTokens);
+    default: return p.m;
+  }
+}
+
+// Grouped problems whose groups own at most 16 rows each (batched, masked), or 16 on average
+// (contiguous: a group with more rows is streamed once per 16-row chunk). Every group's weight
+// rows must start on a 128-row SfAtom tile (N % 128 == 0) when there are several.
+bool grouping_supported(const GemmProblem& p) {
+  switch (p.grouping) {
+    case Grouping::Dense: return p.groups == 1 && p.m <= kMaxTokens;
+    case Grouping::Batched:
+      return p.group_rows >= 1 && p.group_rows <= kMaxTokens && p.m == p.groups * p.group_rows;
+    case Grouping::Masked:
+      return p.group_index != nullptr && p.group_rows >= 1 && p.group_rows <= kMaxTokens &&
+             p.m == p.groups * p.group_rows;
+    case Grouping::Contiguous: return p.group_index != nullptr && p.m <= kMaxTokens * p.groups;
+  }
+  return false;
+}
 
 bool supports(const GemmProblem& p) {
   const GemmEpilogue& e = p.epilogue;
-  if (p.m < 1 || p.m > kMaxTokens || p.n < 1 || p.k < 1 || p.n > INT32_MAX || p.k > INT32_MAX) return false;
-  if (p.grouping != Grouping::Dense || p.groups != 1 || p.schedule == Schedule::M256) return false;
+  if (p.m < 1 || p.n < 1 || p.k < 1 || p.groups < 1 || p.k > INT32_MAX) return false;
+  if (p.groups * p.n > INT32_MAX) return false;  // TMA box coordinates are int32
+  if (p.schedule == Schedule::M256 || !grouping_supported(p)) return false;
+  if (p.groups > 1 && p.n % kBlockRows != 0) return false;
   if (!operand_pair_supported(p.a.format, p.b.format)) return false;
   if (e.out_format != OutFormat::Bf16 && e.out_format != OutFormat::Fp16) return false;
-  if (e.activation == Activation::Geglu || e.bias_per_group) return false;
-  if (e.alpha != nullptr && (e.alpha_count != 1 || !is_aligned(e.alpha, 4))) return false;
+  if (e.activation == Activation::Geglu) return false;
+  if (e.bias_per_group && p.grouping == Grouping::Dense) return false;
+  if (e.alpha != nullptr && !((e.alpha_count == 1 || e.alpha_count == p.groups) && is_aligned(e.alpha, 4))) return false;
   if (e.bias != nullptr && !is_aligned(e.bias, float_type_bytes(e.bias_type))) return false;
-  if (!is_aligned(e.out, 2) || (e.residual != nullptr && !is_aligned(e.residual, 2))) return false;
-  // 16-byte copies of B and 4-byte loads of A at whole rows; 4-byte scale words.
-  if (p.k % block_size(p.b.format) != 0 || row_bytes(p) % kChunkBytes != 0) return false;
-  if (!is_aligned(p.a.values, 16) || !is_aligned(p.b.values, 16)) return false;
-  if (!is_aligned(p.a.scales, 4) || !is_aligned(p.b.scales, 4)) return false;
+  // Paired output stores; bulk copies of B rows and SfAtom tiles; 16-byte loads of A, 4-byte of sfa.
+  if (!is_aligned(e.out, 4) || (e.residual != nullptr && !is_aligned(e.residual, 2))) return false;
+  if (p.k % block_size(p.b.format) != 0 || row_bytes(p.b.format, p.k) % kChunkBytes != 0) return false;
+  if (row_bytes(p.a.format, p.k) % kChunkBytes != 0) return false;
+  if (!is_aligned(p.a.values, 16) || !is_aligned(p.b.values, 16) || !is_aligned(p.b.scales, 16)) return false;
+  if (block_scaled(p.a.format) && !is_aligned(p.a.scales, 4)) return false;
   // The streaming layout (tiles of 8 rows x 64 elements) is read by the M = 1 decode GEMV.
   if (p.b_interleaved && !(p.a.format == OperandFormat::Nvfp4 && p.b.format == OperandFormat::Nvfp4 &&
-                           p.m == 1 && p.n % 8 == 0 && p.k % 64 == 0)) {
+                           p.grouping == Grouping::Dense && p.m == 1 && p.n % 8 == 0 && p.k % 64 == 0)) {
     return false;
   }
-  const bool warps_ok = p.warps == 0 || p.warps == 1 || p.warps == 2 || p.warps == 4 || p.warps == kMaxWarps;
-  return warps_ok && p.stages >= 0 && p.stages <= kMaxStages;
+  return p.warps >= 0 && p.warps <= 8 && p.stages >= 0 && p.stages <= kMaxStages;
 }
+
+// The kernel of an operand pair, and the power of two its codecs' values carry.
+struct KernelChoice {
+  KernelFn kernel;
+  int unbias_exponent;
+};
 
 template <OperandFormat A, OperandFormat B>
-KernelFn kernel_for(const GemmProblem& p) {
+KernelChoice kernel_for(bool two_token_tiles, bool interleaved) {
+  constexpr int kUnbias = OperandCodec<A>::kUnbiasExponent + OperandCodec<B>::kUnbiasExponent;
   if constexpr (A == OperandFormat::Nvfp4 && B == OperandFormat::Nvfp4) {
-    if (p.b_interleaved) return &skinny_gemm_kernel<A, B, 1, true>;
+    if (interleaved) return {&skinny_gemm_kernel<A, B, 1, true>, kUnbias};
   }
-  return p.m <= kTileTokens ? &skinny_gemm_kernel<A, B, 1, false> : &skinny_gemm_kernel<A, B, 2, false>;
+  return {two_token_tiles ? &skinny_gemm_kernel<A, B, 2, false> : &skinny_gemm_kernel<A, B, 1, false>, kUnbias};
 }
 
-KernelFn select_kernel(const GemmProblem& p) {
+KernelChoice select_kernel(const GemmProblem& p, bool two_token_tiles) {
   using F = OperandFormat;
+  const bool il = p.b_interleaved;
+  const bool bf16 = p.a.format == F::Bf16;
   switch (p.b.format) {
-    case F::Nvfp4: return kernel_for<F::Nvfp4, F::Nvfp4>(p);
-    case F::Mxfp4: return kernel_for<F::Mxfp4, F::Mxfp4>(p);
-    case F::Mxfp8: return kernel_for<F::Mxfp8, F::Mxfp8>(p);
+    case F::Nvfp4: return bf16 ? kernel_for<F::Bf16, F::Nvfp4>(two_token_tiles, il) : kernel_for<F::Nvfp4, F::Nvfp4>(two_token_tiles, il);
+    case F::Mxfp4: return bf16 ? kernel_for<F::Bf16, F::Mxfp4>(two_token_tiles, il) : kernel_for<F::Mxfp4, F::Mxfp4>(two_token_tiles, il);
+    case F::Mxfp8: return bf16 ? kernel_for<F::Bf16, F::Mxfp8>(two_token_tiles, il) : kernel_for<F::Mxfp8, F::Mxfp8>(two_token_tiles, il);
     case F::E0m3:
-      return p.a.format == F::Nvfp4 ? kernel_for<F::Nvfp4, F::E0m3>(p) : kernel_for<F::E0m3, F::E0m3>(p);
+      return p.a.format == F::Nvfp4 ? kernel_for<F::Nvfp4, F::E0m3>(two_token_tiles, il)
+                                    : kernel_for<F::E0m3, F::E0m3>(two_token_tiles, il);
+    case F::Bf16: break;
   }
   throw std::logic_error("fp4_gemm skinny: unsupported operand formats");
 }
@@ -95,119 +137,235 @@ int current_device() {
   return device;
 }
 
-int device_sm_count(int device) {
-  static int cache[kMaxDevices] = {};
-  if (cache[device] == 0) {
-    FP4_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&cache[device], cudaDevAttrMultiProcessorCount, device));
-  }
-  return cache[device];
-}
-
-// Resident blocks per SM of a kernel configuration, asked once per (device, kernel, shape). Shared
-// memory above 48 KiB is opted into first (an attribute of the function on the current device).
-int blocks_per_sm(int device, KernelFn kernel, int threads, size_t smem) {
+int device_attribute(int device, cudaDeviceAttr attribute) {
   static std::mutex mutex;
-  static std::map<std::tuple<int, KernelFn, int, size_t>, int> cache;
+  static std::map<std::pair<int, int>, int> cache;
   const std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_tuple(device, kernel, threads, smem);
+  const auto key = std::make_pair(device, int(attribute));
   const auto found = cache.find(key);
   if (found != cache.end()) return found->second;
-  if (smem > size_t(kDefaultSharedBytes)) {
-    FP4_GEMM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  }
-  int blocks = 0;
-  FP4_GEMM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem));
-  if (blocks < 1) throw std::runtime_error("fp4_gemm skinny: the kernel configuration does not fit on an SM");
-  cache.emplace(key, blocks);
-  return blocks;
+  int value = 0;
+  FP4_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&value, attribute, device));
+  cache.emplace(key, value);
+  return value;
 }
 
-// How one problem runs. Splitting K trades a float32 round trip of splits * M * N * 4 bytes for
-// filling the GPU: the grid takes as many K splits as fit in one wave of resident blocks, at most one
-// per slab and within kMaxPartialBytes.
+// The dynamic shared memory a block of `kernel` may use on this device (what it may opt into, less
+// the kernel's static barriers), opted into once per kernel.
+int max_dynamic_shared_memory(int device, KernelFn kernel) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, KernelFn>, int> cache;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair(device, kernel);
+  const auto found = cache.find(key);
+  if (found != cache.end()) return found->second;
+  cudaFuncAttributes attributes{};
+  FP4_GEMM_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  const int bytes = device_attribute(device, cudaDevAttrMaxSharedMemoryPerBlockOptin) - int(attributes.sharedSizeBytes);
+  FP4_GEMM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  cache.emplace(key, bytes);
+  return bytes;
+}
+
+// CTAs of a configuration resident at once on the whole device, in clusters of `splits`; asked once
+// per (device, kernel, shape).
+int64_t resident_ctas(int device, KernelFn kernel, int threads, size_t smem, int splits) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, KernelFn, int, size_t, int>, int64_t> cache;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(device, kernel, threads, smem, splits);
+  const auto found = cache.find(key);
+  if (found != cache.end()) return found->second;
+  int64_t ctas = 0;
+  if (splits == 1) {
+    int blocks = 0;
+    FP4_GEMM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem));
+    ctas = int64_t(blocks) * device_attribute(device, cudaDevAttrMultiProcessorCount);
+  } else {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(unsigned(splits));
+    config.blockDim = dim3(unsigned(threads));
+    config.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = unsigned(splits);
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+      (void)cudaGetLastError();  // this cluster size does not fit: not a failure of the call
+      clusters = 0;
+    }
+    ctas = int64_t(clusters) * splits;
+  }
+  cache.emplace(key, ctas);
+  return ctas;
+}
+
+// How one problem runs.
 struct Plan {
-  KernelFn kernel;
-  int warps;
+  KernelChoice choice;
+  int token_tiles;
+  int lanes;
   int stages;
-  int64_t row_groups;
   int splits;
-  int region_bytes;
-  size_t smem;
+  int threads;
+  int64_t clusters;
+  int64_t row_blocks;
   int64_t slabs;
-  int64_t counter_bytes;  // scratch layout: one int32 counter per row group, then the partials
-  int64_t partial_bytes;
+  int64_t row_stages;
+  int row_stride;
+  int rows_bytes;
+  int stage_bytes;
+  int act_offset;
+  int act_bytes;
+  size_t smem;
 };
 
+// The shared memory of a configuration (kernel.cuh's layout): `stages` ring buffers, then the two
+// activation buffers, which the partial sums reuse.
+void size_shared_memory(const GemmProblem& p, Plan& plan, int max_smem) {
+  const int bits = element_bits(p.b.format);
+  const int slab_blocks = kSlabBytes * 8 / bits / block_size(p.b.format);
+  plan.row_stride = plan.lanes * kSlabBytes;  // a TMA box lands densely
+  plan.rows_bytes = kBlockRows * plan.row_stride;
+  plan.stage_bytes = plan.rows_bytes + int(ceil_div(3 + plan.lanes * slab_blocks, kSfTileCols)) * kSfTileBytes;
+  const int word_bytes = (32 / bits) / 2 * 4;
+  plan.act_bytes = plan.lanes * plan.token_tiles * kChunkWords * 32 * word_bytes;
+  const int partial_bytes = plan.token_tiles * kTileTokens * kPartialStride * 4;
+  const int act_region = std::max(2 * plan.act_bytes, partial_bytes);
+  const int fit = (max_smem - act_region) / plan.stage_bytes;
+  if (fit < 1) throw std::runtime_error("fp4_gemm skinny: the kernel configuration does not fit in shared memory");
+  plan.stages = std::min(plan.stages, fit);
+  plan.act_offset = plan.stages * plan.stage_bytes;
+  plan.smem = size_t(plan.act_offset) + size_t(act_region);
+}
+
+// Units the problem may have: exact for dense, batched and masked (one per group and row block),
+// an upper bound for contiguous (sum over groups of ceil(rows / 16) <= ceil(m / 16) + groups).
+int64_t max_units(const GemmProblem& p, int64_t row_blocks) {
+  switch (p.grouping) {
+    case Grouping::Batched:
+    case Grouping::Masked: return p.groups * row_blocks;
+    case Grouping::Contiguous: return (ceil_div(p.m, kMaxTokens) + std::min(p.groups, p.m)) * row_blocks;
+    default: return row_blocks;
+  }
+}
+
+// The K split: the largest split whose CTAs all fit on the device at once (one wave), each slice at
+// least one stage; when even one CTA per unit does not fit, the grid is persistent.
 Plan make_plan(const GemmProblem& p) {
   Plan plan{};
-  plan.kernel = select_kernel(p);
-  plan.warps = p.warps > 0 ? p.warps : kDefaultWarps;
+  plan.token_tiles = max_unit_rows(p) <= kTileTokens ? 1 : 2;
+  plan.choice = select_kernel(p, plan.token_tiles == 2);
+  plan.lanes = p.warps > 0 ? std::min(p.warps, kMaxLanes) : kDefaultLanes;
   plan.stages = p.stages > 0 ? p.stages : kDefaultStages;
-  plan.region_bytes = std::max(plan.stages * kSlotBytes, kReductionBytes);
-  plan.smem = size_t(plan.warps) * plan.region_bytes;
-  const int token_tiles = p.m <= kTileTokens ? 1 : 2;
-  const int64_t block_rows = int64_t(kBlockFragments / token_tiles) * kTileRows;
-  plan.row_groups = ceil_div(p.n, block_rows);
-  plan.slabs = ceil_div(row_bytes(p), kSlabBytes);
+  plan.threads = (kRowGroups * plan.lanes + 1) * 32;
   const int device = current_device();
-  const int sms = p.sm_count > 0 ? std::min(p.sm_count, device_sm_count(device)) : device_sm_count(device);
-  const int64_t capacity = int64_t(sms) * blocks_per_sm(device, plan.kernel, plan.warps * 32, plan.smem);
-  const int64_t by_partials = kMaxPartialBytes / (p.m * p.n * 4);
-  plan.splits = int(std::max<int64_t>(1, std::min({capacity / plan.row_groups, plan.slabs, by_partials})));
-  if (plan.splits > 1) {
-    plan.counter_bytes = ceil_div(plan.row_groups * 4, kCounterAlignment) * kCounterAlignment;
-    plan.partial_bytes = int64_t(plan.splits) * p.m * p.n * 4;
+  size_shared_memory(p, plan, max_dynamic_shared_memory(device, plan.choice.kernel));
+  plan.row_blocks = ceil_div(p.n, kBlockRows);
+  plan.slabs = ceil_div(row_bytes(p.b.format, p.k), kSlabBytes);
+  plan.row_stages = ceil_div(plan.slabs, plan.lanes);
+  const int device_sms = device_attribute(device, cudaDevAttrMultiProcessorCount);
+  const int sms = p.sm_count > 0 ? std::min(p.sm_count, device_sms) : device_sms;
+  const auto capacity = [&](int splits) {
+    const int64_t ctas = resident_ctas(device, plan.choice.kernel, plan.threads, plan.smem, splits);
+    return ctas / splits * sms / device_sms * splits;  // whole clusters on the SMs allowed
+  };
+  const int64_t units = max_units(p, plan.row_blocks);
+  const int max_splits = int(std::min<int64_t>(kMaxSplits, plan.row_stages));
+  plan.splits = 1;
+  int64_t best = 0;
+  for (int splits = 1; splits <= max_splits; ++splits) {
+    const int64_t ctas = units * splits;
+    if (ctas <= capacity(splits) && ctas > best) {
+      best = ctas;
+      plan.splits = splits;
+    }
   }
+  const int64_t fits = std::max<int64_t>(1, capacity(plan.splits) / plan.splits);
+  plan.clusters = std::min(units, fits);
   return plan;
 }
 
-int64_t scratch_bytes(const GemmProblem& p) {
-  const Plan plan = make_plan(p);
-  return plan.counter_bytes + plan.partial_bytes;
+int64_t span_bytes(const GemmProblem& p) { return ceil_div(2 * p.groups * 4, kScratchAlignment) * kScratchAlignment; }
+
+// Contiguous problems: each group's span of rows (find_group_spans, from the ids on the device).
+int64_t scratch_bytes(const GemmProblem& p) { return p.grouping == Grouping::Contiguous ? span_bytes(p) : 0; }
+
+void launch(const Plan& plan, const SkinnyArgs& args, bool pdl, cudaStream_t stream) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(unsigned(plan.clusters * plan.splits));
+  config.blockDim = dim3(unsigned(plan.threads));
+  config.dynamicSmemBytes = plan.smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[2];
+  int count = 0;
+  if (plan.splits > 1) {
+    attribute[count].id = cudaLaunchAttributeClusterDimension;
+    attribute[count].val.clusterDim.x = unsigned(plan.splits);
+    attribute[count].val.clusterDim.y = 1;
+    attribute[count].val.clusterDim.z = 1;
+    ++count;
+  }
+  if (pdl) {
+    attribute[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[count].val.programmaticStreamSerializationAllowed = 1;
+    ++count;
+  }
+  config.attrs = attribute;
+  config.numAttrs = count;
+  FP4_GEMM_CUDA_CHECK(cudaLaunchKernelEx(&config, plan.choice.kernel, args));
 }
 
 void run(const GemmProblem& p, cudaStream_t stream) {
-  Plan plan = make_plan(p);
-  // A K split needs the scratch scratch_bytes() asked the binding for; without it, run unsplit.
-  if (plan.splits > 1 && (p.scratch == nullptr || p.scratch_bytes < plan.counter_bytes + plan.partial_bytes)) {
-    plan.splits = 1;
-  }
-  const GemmEpilogue& e = p.epilogue;
+  const Plan plan = make_plan(p);
   SkinnyArgs args{};
+  if (!p.b_interleaved) {
+    args.b_map = sm90::byte_matrix_map(p.b.values, p.groups * p.n, row_bytes(p.b.format, p.k), plan.row_stride,
+                                       kBlockRows);
+  }
   args.a = static_cast<const uint8_t*>(p.a.values);
   args.sfa = p.a.scales;
+  args.a_row_bytes = row_bytes(p.a.format, p.k);
+  args.sfa_k_tiles = block_scaled(p.a.format) ? sf_k_tiles(p.k / block_size(p.a.format)) : 0;
   args.b = static_cast<const uint8_t*>(p.b.values);
   args.sfb = p.b.scales;
-  args.m = int(p.m);
-  args.n = int(p.n);
-  args.row_bytes = row_bytes(p);
-  args.chunks = args.row_bytes / kChunkBytes;
+  args.b_row_bytes = row_bytes(p.b.format, p.k);
+  args.sfb_k_tiles = sf_k_tiles(p.k / block_size(p.b.format));
+  args.n = p.n;
+  args.row_blocks = plan.row_blocks;
   args.slabs = plan.slabs;
-  args.scale_blocks = p.k / block_size(p.b.format);
-  args.scale_k_tiles = sf_k_tiles(args.scale_blocks);
-  args.eighth_stride = p.b_interleaved ? (p.k / 64) * 256 : 8 * args.row_bytes;
-  args.slab_stride = p.b_interleaved ? 2 * 256 : kSlabBytes;
+  args.row_stages = plan.row_stages;
   args.splits = plan.splits;
+  args.lanes = plan.lanes;
   args.stages = plan.stages;
-  args.region_bytes = plan.region_bytes;
-  args.alpha = e.alpha;
-  args.alpha_scale = e.alpha_scale;
-  args.bias = e.bias;
-  args.bias_type = e.bias_type;
-  args.residual = e.residual;
-  args.activation = e.activation;
-  args.out = e.out;
-  args.out_format = e.out_format;
-  if (plan.splits > 1) {
-    // The binding's scratch is stream-ordered (safe under graph capture and across streams) and
-    // not zeroed: the counters start at 0 on every launch.
-    uint8_t* scratch = static_cast<uint8_t*>(p.scratch);
-    args.counters = reinterpret_cast<int32_t*>(scratch);
-    args.partials = reinterpret_cast<float*>(scratch + plan.counter_bytes);
-    FP4_GEMM_CUDA_CHECK(cudaMemsetAsync(args.counters, 0, size_t(plan.row_groups) * 4, stream));
+  args.row_stride = plan.row_stride;
+  args.rows_bytes = plan.rows_bytes;
+  args.stage_bytes = plan.stage_bytes;
+  args.act_offset = plan.act_offset;
+  args.act_bytes = plan.act_bytes;
+  args.epilogue = p.epilogue;
+  args.unbias = exp2i(plan.choice.unbias_exponent);
+  GroupRows& groups = args.groups;
+  groups.grouping = p.grouping;
+  groups.groups = p.groups;
+  groups.m = p.m;
+  groups.group_rows = p.group_rows;
+  if (p.grouping == Grouping::Masked) groups.counts = p.group_index;
+  if (p.grouping == Grouping::Contiguous) {
+    if (p.scratch == nullptr || p.scratch_bytes < span_bytes(p)) {
+      throw std::runtime_error("fp4_gemm skinny: a contiguous grouping needs the scratch scratch_bytes() asks for");
+    }
+    auto* spans = static_cast<int32_t*>(p.scratch);
+    groups.ids = p.group_index;
+    groups.first = spans;
+    groups.rows = spans + p.groups;
+    find_group_spans(p.group_index, p.m, p.groups, spans, spans + p.groups, p.pdl, stream);
   }
-  launch_kernel(plan.kernel, dim3(unsigned(plan.row_groups), unsigned(plan.splits)), dim3(unsigned(plan.warps * 32)),
-                plan.smem, stream, p.pdl, args);
+  launch(plan, args, p.pdl, stream);
 }
 
 const GemmBackendRegistrar kRegistrar({"skinny", GemmArch::Portable, 0, &supports, &run, &scratch_bytes});

@@ -1,500 +1,509 @@
-// The skinny GEMM kernel (M <= 16): out = epilogue(A @ B^T) for a handful of activation rows A
-// against a weight B streamed once from memory (docs/API.md, "Decode and speculative-verify
-// kernels").
+// The skinny GEMM kernel: out = epilogue(A @ B[g]^T) for at most 16 activation rows per group g
+// against weights streamed once from memory (docs/API.md, "Decode and speculative-verify kernels").
+// Dense, batched, masked and contiguous problems alike: a group's rows come from GroupRows
+// (grouping.cuh), read on the device.
 //
-// Shape of the work. The MMA runs with A and B swapped: 16 weight rows form the mma's M side and
-// 8 activation rows (tokens) its N side, so M <= 8 needs one mma per 16 x 16 weight piece and
-// M <= 16 two. A *slab* is 64 stored bytes of a row (128 4-bit or 64 8-bit elements); a *unit* is
-// 32 weight rows (two mma tiles) x one slab. A block owns `kRowTiles` tiles of 16 rows and the slabs
-// of one K split; its units (slab-major) are divided evenly among its warps. Each warp streams its
-// units through a `stages`-deep cp.async ring in shared memory, keeps the activation fragments of
-// the current slab in registers (decoded once per slab, used by every unit of it), and accumulates
-// one float32 fragment per tile.
+// Work. A *unit* is one group's 128 weight rows (one SfAtom row tile) against one chunk of at most
+// 16 of its activation rows. A cluster of S CTAs owns a unit; CTA rank q streams the q-th of S
+// slices of K. Clusters walk the units in a rising sequence (GroupCursor), so that a group with no
+// rows has no unit and reads no weight byte, and a group with more than 16 rows has one unit per
+// 16-row chunk (its weight streams once per chunk).
 //
-// Inside a unit, lane (g, t) copies chunk t (16 bytes) of rows g, g + 8, g + 16, g + 24; reading
-// back, lane t takes word t of each chunk j, so that every mma step draws its 16 k-slots from one
-// chunk (one MX block or half of one). Chunk positions in a row are XOR-swizzled by (row / 2) % 4,
-// which makes both the 16-byte copies and the 4-byte reads bank-conflict free.
+// Streaming. One producer warp fills a ring of `stages` shared buffers, each completing on an
+// mbarrier: a *stage* is the unit's 128 rows x L slabs of 64 bytes, one TMA box (cp.async.bulk.tensor;
+// one bulk copy per 8-row tile of the streaming layout), plus the SfAtom tiles of those K columns, one
+// bulk copy. 2L consumer warps each take 64 rows (four mma tiles of 16) x one slab of every stage;
+// with L odd the stage's row stride is 64 mod 128 bytes, so that their 16-byte reads hit distinct
+// banks. The CTAs of a cluster split every row's stages, whole stages each.
 //
-// Reduction, in a fixed order: the warps' fragments are summed in shared memory in warp order; with
-// one K split that sum gets the epilogue and is stored; with S splits each block writes its sum to a
-// float32 scratch and bumps a per-row-group counter (zeroed before the launch), and the block that
-// arrives last sums the S partials in split order, applies the epilogue and stores. Results are
-// therefore bitwise equal run to run and under CUDA-graph replay.
+// Decode and MMA. The MMA runs with A and B swapped: 16 weight rows are its M side, 8 activation
+// rows its N side. Lane (g, t) reads chunk t of the slab of rows g and g + 8, decodes each 32-bit
+// word into bf16 pairs with the block scale folded in (operands.cuh), and feeds mma k16 steps.
+// The activation rows of a stage are decoded once per CTA into a shared buffer laid out as the
+// mma's B fragments (double-buffered, one consumer barrier per stage), in the same element order.
+//
+// Reduction, in a fixed order: the L slab warps of a row group add into the CTA's partial sums in
+// warp order; with S > 1 every CTA then signals the cluster (mbarriers on every CTA, arrived at
+// over distributed shared memory), and CTA q sums rows [q * 128 / S, (q + 1) * 128 / S) of the S
+// partials in rank order, applies the epilogue (epilogue.cuh) and stores. No global scratch, no
+// counters, no memset: results are bitwise equal run to run, under CUDA-graph replay and on
+// concurrent streams.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include <cstdint>
 
-#include "csrc/common/formats.cuh"
 #include "csrc/common/launch.cuh"
 #include "csrc/common/sf_layout.cuh"
-#include "csrc/common/types.h"
+#include "csrc/gemm/epilogue.cuh"
+#include "csrc/gemm/grouping.cuh"
 #include "csrc/gemm/problem.h"
 #include "csrc/gemm/skinny/operands.cuh"
 #include "csrc/gemm/skinny/primitives.cuh"
 
 namespace fp4_gemm::skinny {
 
-constexpr int kTileRows = 16;      // weight rows of one mma
-constexpr int kTileTokens = 8;     // activation rows of one mma
-constexpr int kMaxTokens = 16;     // the tier: M <= 16 (two token tiles)
-constexpr int kUnitTiles = 2;
-constexpr int kUnitRows = kUnitTiles * kTileRows;
-constexpr int kChunkBytes = 16;    // one lane's copy: a quarter of a slab row
-constexpr int kSlabChunks = 4;     // one chunk per lane of a quad
+constexpr int kTileRows = 16;    // weight rows of one mma
+constexpr int kTileTokens = 8;   // activation rows of one mma
+constexpr int kMaxTokens = 16;   // activation rows of a unit (two token tiles)
+constexpr int kBlockRows = kSfTileRows;  // weight rows of a unit
+constexpr int kGroupTiles = 4;   // mma tiles of a consumer warp
+constexpr int kGroupRows = kGroupTiles * kTileRows;
+constexpr int kRowGroups = kBlockRows / kGroupRows;
+constexpr int kSlabBytes = 64;   // bytes of a row a consumer warp takes from a stage
+constexpr int kChunkBytes = 16;  // one lane's read
+constexpr int kSlabChunks = kSlabBytes / kChunkBytes;
 constexpr int kChunkWords = kChunkBytes / 4;
-constexpr int kSlabBytes = kSlabChunks * kChunkBytes;
-constexpr int kScaleWords = 2;     // scale-code words per row and slab (NVFP4, E0M3: 8 blocks)
-constexpr int kSlotDataBytes = kUnitRows * kSlabBytes;
-constexpr int kSlotBytes = kSlotDataBytes + kUnitRows * kScaleWords * 4;
-constexpr int kBlockFragments = 8;  // row tiles x token tiles per block: 32 accumulators per lane
-constexpr int kReductionBytes = kBlockFragments * kTileRows * kTileTokens * 4;  // one warp's fragments
-constexpr int kMaxWarps = 8;
+constexpr int kMaxLanes = 4;     // slab warps per row group
 constexpr int kMaxStages = 8;
+constexpr int kPartialStride = kBlockRows + 4;  // floats per activation row of the partial sums
+constexpr int kConsumerBarrier = 1;             // named barrier of the consumer warps
 
 struct SkinnyArgs {
-  const uint8_t* a;    // [m, row_bytes]
-  const uint8_t* sfa;  // SfAtom scales of the m rows
-  const uint8_t* b;    // [n, row_bytes], row-major or the streaming layout
-  const uint8_t* sfb;  // SfAtom scales of the n rows
-  int m;
-  int n;
-  int64_t row_bytes;     // stored bytes of one row (A and B alike)
-  int64_t chunks;        // 16-byte chunks per row
-  int64_t slabs;         // ceil(chunks / 4)
-  int64_t scale_blocks;  // K / block size
-  int64_t scale_k_tiles;
-  // B's layout as strides: chunk c of row n lies at (n / 8) * eighth_stride + (c / 4) * slab_stride
-  // + chunk_lane_offset(n % 8, c % 4).
-  int64_t eighth_stride;
-  int64_t slab_stride;
-  int splits;
-  int stages;
-  int region_bytes;  // shared memory of one warp: its ring, later its reduction fragments
-  // epilogue (problem.h): out = act(alpha_scale * alpha[0] * acc + bias + residual)
-  const float* alpha;
-  float alpha_scale;
-  const void* bias;
-  FloatType bias_type;
-  const void* residual;
-  Activation activation;
-  void* out;
-  OutFormat out_format;
-  // split-K scratch (splits > 1): one counter per row group (0 at launch), partials [S, m, n]
-  int32_t* counters;
-  float* partials;
+  CUtensorMap b_map;   // row-major B as a [groups * n, b_row_bytes] byte matrix, boxes of one stage
+  const uint8_t* a;    // [rows of A, a_row_bytes]: block-scaled values, or bf16
+  const uint8_t* sfa;  // SfAtom scales of A's rows (block-scaled A)
+  int64_t a_row_bytes;
+  int64_t sfa_k_tiles;
+  const uint8_t* b;    // groups x [n, b_row_bytes], row-major or the streaming layout
+  const uint8_t* sfb;  // SfAtom scales of all groups' rows
+  int64_t b_row_bytes;
+  int64_t sfb_k_tiles;
+  int64_t n;           // rows of each weight matrix
+  int64_t row_blocks;  // ceil(n / 128)
+  int64_t slabs;       // ceil(b_row_bytes / 64)
+  int64_t row_stages;  // ceil(slabs / lanes): the stages of one row
+  GroupRows groups;
+  int splits;       // S: CTAs of a cluster, each a slice of K
+  int lanes;        // L: slab warps per row group (2L consumer warps), slabs per stage
+  int stages;       // ring buffers
+  int row_stride;   // bytes of one row in a stage (row-major B): lanes * 64
+  int rows_bytes;   // bytes of a stage's rows; its SfAtom tiles follow
+  int stage_bytes;
+  int act_offset;   // the two activation buffers (and the partial sums), after the ring
+  int act_bytes;    // one activation buffer
+  GemmEpilogue epilogue;
+  float unbias;     // 2^(the codecs' unbias exponents)
 };
 
-__device__ __forceinline__ float load_float(const void* p, FloatType type, int64_t i) {
-  switch (type) {
-    case FloatType::Bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    case FloatType::Fp16: return __half2float(static_cast<const __half*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
-  }
-}
+// A unit: rows [a_row0, a_row0 + tokens) of A (all of group `group`) against weight rows
+// [row_block * 128, +128) of that group.
+struct Unit {
+  int64_t group;
+  int64_t a_row0;
+  int tokens;
+  int64_t row_block;
+};
 
-// alpha * acc + bias + residual, then the activation, in float32 (docs/FORMATS.md, "GEMM result").
-__device__ __forceinline__ float epilogue(const SkinnyArgs& args, float acc, float alpha, int row, int n) {
-  float y = acc * alpha;
-  if (args.bias != nullptr) y += load_float(args.bias, args.bias_type, n);
-  const FloatType out_type = args.out_format == OutFormat::Bf16 ? FloatType::Bf16 : FloatType::Fp16;
-  if (args.residual != nullptr) y += load_float(args.residual, out_type, int64_t(row) * args.n + n);
-  if (args.activation == Activation::Gelu) {
-    y = 0.5f * y * erfcf(-y * 0.70710678118654752f);  // the erf GELU through erfc, as the reference
-  } else if (args.activation == Activation::Relu2) {
-    const float r = y > 0.0f || y != y ? y : 0.0f;  // NaN stays NaN
-    y = r * r;
-  }
-  return y;
-}
+// The units of one cluster: next, next + stride, ... over every group's units.
+struct UnitWalk {
+  GroupCursor cursor;
+  int64_t next;
+  int64_t stride;
+  int64_t row_blocks;
 
-__device__ __forceinline__ void store_output(const SkinnyArgs& args, int row, int n, float y) {
-  const int64_t i = int64_t(row) * args.n + n;
-  if (args.out_format == OutFormat::Bf16) {
-    static_cast<__nv_bfloat16*>(args.out)[i] = __float2bfloat16_rn(y);
-  } else {
-    static_cast<__half*>(args.out)[i] = __float2half_rn(y);
+  __device__ __forceinline__ bool advance(const GroupRows& groups, Unit& unit) {
+    const int64_t row_blocks_ = row_blocks;
+    const auto units = [row_blocks_](const GroupSpan& span) { return row_blocks_ * ceil_div(span.rows, kMaxTokens); };
+    if (!cursor.seek(groups, next, units)) return false;
+    const int64_t local = next - cursor.base;
+    const int64_t chunk = local / row_blocks;
+    const int64_t rows_left = cursor.span.rows - chunk * kMaxTokens;
+    unit = {cursor.group, cursor.span.first + chunk * kMaxTokens, int(rows_left < kMaxTokens ? rows_left : kMaxTokens),
+            local % row_blocks};
+    next += stride;
+    return true;
   }
-}
-
-// The part of a chunk's byte offset that depends on its row within an eighth (r = n % 8) and its
-// position within a slab (c = chunk % 4). Row-major: eighth_stride = 8 * row_bytes, slab_stride = 64.
-// Streaming layout (tiles of 8 rows x 32 bytes, K-tile fastest; reference.interleave_rows):
-// eighth_stride = (K / 64) * 256, slab_stride = 512 (two tiles).
-template <bool kInterleaved>
-__device__ __forceinline__ int64_t chunk_lane_offset(const SkinnyArgs& args, int r, int c) {
-  if constexpr (kInterleaved) {
-    return (c >> 1) * 256 + r * 32 + (c & 1) * kChunkBytes;
-  } else {
-    return r * args.row_bytes + c * kChunkBytes;
-  }
-}
+};
 
 template <OperandFormat kA, OperandFormat kB, int kTokenTiles, bool kInterleaved>
 struct SkinnyKernel {
-  using WordA = OperandWord<kA>;
-  using WordB = OperandWord<kB>;
-  static_assert(WordA::kPairs == WordB::kPairs && WordA::kScaleFolded == WordB::kScaleFolded,
-                "A and B must share element width and scale kind");
-  static constexpr int kPairs = WordB::kPairs;
-  static constexpr int kSteps = WordB::kSteps;
-  static constexpr bool kFolded = WordB::kScaleFolded;
-  static constexpr int kRowTiles = kBlockFragments / kTokenTiles;
-  static constexpr int kSlabUnits = kRowTiles / kUnitTiles;
-  static constexpr int kBlockRows = kRowTiles * kTileRows;
+  using CodecB = OperandCodec<kB>;
+  using Shape = WordShape<kB>;
+  static constexpr bool kBf16A = kA == OperandFormat::Bf16;
+  static constexpr int kPairs = Shape::kPairs;  // per word
+  static constexpr int kSteps = kPairs / 2;     // mma k16 steps per word
+  static constexpr int kChunkElements = Shape::kChunkElements;
+  static constexpr int kSlabElements = kSlabChunks * kChunkElements;
+  static constexpr int kBlock = CodecB::kBlock;
   static constexpr int kTokens = kTokenTiles * kTileTokens;
-  static constexpr int kSlabElements = kSlabBytes * 8 / element_bits(kB);
-  static constexpr int kSlabBlocks = kSlabElements / block_size(kB);  // 8 (NVFP4, E0M3), 4 (MXFP4), 2 (MXFP8)
-  static constexpr int kChunksPerMxBlock = kSlabChunks / (kFolded ? kSlabChunks : kSlabBlocks);
-  static constexpr int kActivationScaleWords = 2;  // folded: token g's two words; MX: tokens 2t, 2t+1
+  static constexpr int kActWordBytes = kPairs * 4;                       // one lane's word of a fragment
+  static constexpr int kActChunkBytes = kChunkWords * 32 * kActWordBytes;  // one (slab, token tile)
+  static constexpr int kARawBytes = kBf16A ? kChunkElements * 2 : kChunkBytes;  // A bytes per chunk
+  static constexpr int kARawVectors = kARawBytes / 16;
+  using Acc = float[kGroupTiles][kTokenTiles][4];
 
-  // The activation operand of one slab, as this lane feeds it to the mma: token tile tt's column g
-  // (token tt * 8 + g), word t of each chunk j. MX: the float32 block scales of the two tokens whose
-  // accumulators this lane holds (tt * 8 + 2t + e).
-  struct ActivationSlab {
-    uint32_t pairs[kTokenTiles][kSlabChunks][kPairs];
-    float factor[kTokenTiles][2][kFolded ? 1 : kSlabBlocks];
+  // The bytes of one lane's chunk of the activation rows, loaded a stage ahead.
+  struct ActivationRaw {
+    uint4 values[kARawVectors];
+    uint32_t codes;  // scale codes of the chunk's blocks (block-scaled A)
+    bool valid;
   };
 
-  // The stored bytes behind an ActivationSlab, loaded one slab ahead.
-  struct RawActivation {
-    uint32_t words[kTokenTiles][kSlabChunks];
-    uint32_t scales[kTokenTiles][kActivationScaleWords];
-  };
+  // ---- the activation buffer --------------------------------------------------------------------
 
-  // First scale block of the slab's scale-code word q (words are 4-block aligned in SfAtom).
-  __device__ __forceinline__ static int64_t scale_word_block(int64_t slab, int q) {
-    return kFolded ? slab * kSlabBlocks + 4 * q : (slab * kSlabBlocks) & ~int64_t{3};
-  }
-
-  __device__ __forceinline__ static uint32_t load_word(const uint8_t* p) {
-    return __ldg(reinterpret_cast<const uint32_t*>(p));
-  }
-
-  __device__ __forceinline__ static void load_activation(const SkinnyArgs& args, int64_t slab, int g, int t,
-                                                         RawActivation& raw) {
+  // Lane (g, t)'s chunk t of `slab` for activation row tt * 8 + g of the unit.
+  __device__ __forceinline__ static void load_activation(const SkinnyArgs& args, const Unit& unit, int64_t slab,
+                                                         int tile, int lane, ActivationRaw& raw) {
+    const int token = tile * kTileTokens + (lane >> 2);
+    const int64_t chunk = slab * kSlabChunks + (lane & 3);
+    raw.valid = token < unit.tokens && chunk * kChunkBytes < args.b_row_bytes;
+    if (!raw.valid) return;
+    const int64_t row = unit.a_row0 + token;
+    const uint4* src = reinterpret_cast<const uint4*>(args.a + row * args.a_row_bytes + chunk * kARawBytes);
 #pragma unroll
-    for (int tt = 0; tt < kTokenTiles; ++tt) {
-      const int token = tt * kTileTokens + g;
-#pragma unroll
-      for (int j = 0; j < kSlabChunks; ++j) {
-        const int64_t c = slab * kSlabChunks + j;
-        const bool valid = token < args.m && c < args.chunks;
-        raw.words[tt][j] = valid ? load_word(args.a + token * args.row_bytes + c * kChunkBytes + 4 * t) : 0u;
-      }
-#pragma unroll
-      for (int q = 0; q < kActivationScaleWords; ++q) {
-        const int row = kFolded ? token : tt * kTileTokens + 2 * t + q;
-        const int64_t block = scale_word_block(slab, kFolded ? q : 0);
-        const bool valid = row < args.m && block < args.scale_blocks;
-        raw.scales[tt][q] = valid ? load_word(args.sfa + sf_offset(row, block, args.scale_k_tiles)) : 0u;
-      }
+    for (int i = 0; i < kARawVectors; ++i) raw.values[i] = __ldg(src + i);
+    if constexpr (!kBf16A) {
+      const int64_t block = chunk * kChunkElements / OperandCodec<kA>::kBlock;
+      const uint8_t* word = args.sfa + sf_offset(row, block & ~int64_t{3}, args.sfa_k_tiles);
+      raw.codes = __ldg(reinterpret_cast<const uint32_t*>(word)) >> (8 * (block & 3));
     }
   }
 
-  __device__ __forceinline__ static void decode_activation(const SkinnyArgs& args, int64_t slab, int t,
-                                                           const RawActivation& raw, ActivationSlab& act) {
+  // The lane's four words as the B fragments of their mma steps (zeros where no data lies).
+  __device__ __forceinline__ static void store_activation(const ActivationRaw& raw, uint8_t* chunk_buffer, int lane) {
+    uint32_t pairs[kChunkWords][kPairs] = {};
+    if (raw.valid) {
+      if constexpr (kBf16A) {
 #pragma unroll
-    for (int tt = 0; tt < kTokenTiles; ++tt) {
-      __half2 scale[kSlabChunks];
-      if constexpr (kFolded) {
-        // word t of chunk j lies in block 2j + t / 2 of the slab: byte 2 (j % 2) + t / 2 of word j / 2
-#pragma unroll
-        for (int q = 0; q < kScaleWords; ++q) {
-          const uint32_t codes = valid_scale_codes(raw.scales[tt][q], scale_word_block(slab, q), args.scale_blocks);
-          __half2 two[2];
-          ue4m3_scale_pairs(codes, t >> 1, 2 + (t >> 1), two);
-          scale[2 * q] = two[0];
-          scale[2 * q + 1] = two[1];
-        }
+        for (int w = 0; w < kChunkWords; ++w) Bf16Gather<kB>::gather(raw.values, w, pairs[w]);
       } else {
-        const int first = static_cast<int>((slab * kSlabBlocks) & 3);
+        using CodecA = OperandCodec<kA>;
+        const typename CodecA::Factors factors = CodecA::factors(raw.codes);
+        const uint32_t words[kChunkWords] = {raw.values[0].x, raw.values[0].y, raw.values[0].z, raw.values[0].w};
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const uint32_t codes = valid_scale_codes(raw.scales[tt][e], scale_word_block(slab, 0), args.scale_blocks);
-#pragma unroll
-          for (int b = 0; b < kSlabBlocks; ++b) act.factor[tt][e][b] = ue8m0_decode(uint8_t(codes >> (8 * (first + b))));
-        }
+        for (int w = 0; w < kChunkWords; ++w) CodecA::template decode<true>(words[w], factors, w, pairs[w]);
       }
+    }
 #pragma unroll
-      for (int j = 0; j < kSlabChunks; ++j) {
-        WordA::decode(raw.words[tt][j], act.pairs[tt][j]);
-        if constexpr (kFolded) fold_scale(act.pairs[tt][j], scale[j]);
+    for (int w = 0; w < kChunkWords; ++w) {
+      uint8_t* dst = chunk_buffer + w * (32 * kActWordBytes) + lane * kActWordBytes;
+      if constexpr (kPairs == 4) {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(pairs[w][0], pairs[w][1], pairs[w][2], pairs[w][3]);
+      } else {
+        *reinterpret_cast<uint2*>(dst) = make_uint2(pairs[w][0], pairs[w][1]);
       }
     }
   }
 
-  // Where this lane's share of the next unit's copy comes from, advanced unit by unit. A lane copies
-  // chunk t of rows g + 8h (h < 4) and the scale-code words (row g + 8 (t % 2) + 16e, word t / 2)
-  // for e < 2. Rows at or beyond N, chunks beyond K and scale words beyond K are zero-filled.
-  // sf_offset is additive in its row and block parts, so the block part is kept per slab.
-  struct CopyCursor {
-    const uint8_t* slab_data;  // this lane's chunk of row g of the slab's first unit
-    const uint8_t* data;       // ... of the current unit
-    int64_t slab;
-    int unit;                  // within the slab
-    int row;                   // first row of the current unit
-    bool chunk_valid;          // this lane's chunk lies within K
-    bool scale_valid;          // this lane's scale words hold blocks within K
-    int64_t scale_k_offset;    // sf_offset(0, first block of this lane's scale words)
+  // ---- one slab of a stage ----------------------------------------------------------------------
 
-    __device__ __forceinline__ void enter_slab(const SkinnyArgs& args, int64_t s, int t) {
-      slab = s;
-      chunk_valid = s * kSlabChunks + t < args.chunks;
-      const int64_t block = scale_word_block(s, t >> 1);
-      scale_valid = (kFolded || t < 2) && block < args.scale_blocks;
-      scale_k_offset = sf_offset(0, uint32_t(block), args.scale_k_tiles);
-    }
-  };
-
-  __device__ __forceinline__ static void copy_unit(const SkinnyArgs& args, const CopyCursor& cursor, uint8_t* slot,
-                                                   int g, int t) {
-    const int swizzled = (t ^ ((g >> 1) & 3)) * kChunkBytes;
-#pragma unroll
-    for (int h = 0; h < kUnitRows / 8; ++h) {
-      const bool valid = cursor.chunk_valid && cursor.row + g + 8 * h < args.n;
-      copy_async_16(slot + (g + 8 * h) * kSlabBytes + swizzled, valid ? cursor.data + h * args.eighth_stride : args.b,
-                    valid);
-    }
-#pragma unroll
-    for (int e = 0; e < kUnitRows / 16; ++e) {
-      const int r = g + 8 * (t & 1) + 16 * e;
-      const int n = cursor.row + r;
-      const bool valid = cursor.scale_valid && n < args.n;
-      const uint8_t* src =
-          valid ? args.sfb + sf_offset(uint32_t(n), 0, args.scale_k_tiles) + cursor.scale_k_offset : args.sfb;
-      copy_async_4(slot + kSlotDataBytes + (r * kScaleWords + (t >> 1)) * 4, src, valid);
+  // Where chunk c (of the stage's K range) of row r (of the unit) lies in a stage. Row-major: rows
+  // at row_stride. Streaming layout: the stage holds each 8-row tile's K range contiguously, as
+  // 32-byte pieces of 8 rows (reference.interleave_rows).
+  __device__ __forceinline__ static const uint8_t* stage_chunk(const SkinnyArgs& args, const uint8_t* stage, int r,
+                                                               int c) {
+    if constexpr (kInterleaved) {
+      return stage + (r >> 3) * (8 * args.lanes * kSlabBytes) + (c >> 1) * 256 + (r & 7) * 32 + (c & 1) * kChunkBytes;
+    } else {
+      return stage + r * args.row_stride + c * kChunkBytes;
     }
   }
 
-  // One unit: for its two tiles, acc[tile][tt] += B(16 rows, slab) x act(tt)^T. `scale_masks`: the
-  // slab's valid_scale_codes masks of its two scale words (K padding zeroed); `mx_first`: the byte of
-  // an MX scale word that holds the slab's first block (2 for MXFP8's odd slabs, else 0).
-  __device__ __forceinline__ static void compute_unit(const uint8_t* slot, const uint32_t (&scale_masks)[2],
-                                                      int mx_first, int g, int t, const ActivationSlab& act,
-                                                      float (&acc)[kUnitTiles][kTokenTiles][4]) {
-    const uint32_t* data = reinterpret_cast<const uint32_t*>(slot);
-    const uint2* scale_codes = reinterpret_cast<const uint2*>(slot + kSlotDataBytes);
-    const int swizzle = (g >> 1) & 3;
+  // The scale codes of row r's blocks from `block` on, from the stage's SfAtom tiles (which start
+  // at tile first_tile of the row tile).
+  __device__ __forceinline__ static uint32_t stage_scale_codes(const uint8_t* tiles, int r, int64_t block,
+                                                               int64_t first_tile) {
+    const uint8_t* word = tiles + (block / kSfTileCols - first_tile) * kSfTileBytes + (r % 32) * 16 + (r / 32) * 4;
+    return *reinterpret_cast<const uint32_t*>(word) >> (8 * (block & 3));
+  }
+
+  // The B fragments of word w of the slab for token tile tt (kernel.cuh's activation layout).
+  __device__ __forceinline__ static void load_fragments(const uint8_t* act, int slab, int tt, int w, int lane,
+                                                        uint32_t (&x)[kPairs]) {
+    const uint8_t* src = act + ((slab * kTokenTiles + tt) * kChunkWords + w) * (32 * kActWordBytes) + lane * kActWordBytes;
+    if constexpr (kPairs == 4) {
+      const uint4 v = *reinterpret_cast<const uint4*>(src);
+      x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+    } else {
+      const uint2 v = *reinterpret_cast<const uint2*>(src);
+      x[0] = v.x, x[1] = v.y;
+    }
+  }
+
+  // acc[tile][tt] += B(16 rows, slab) x act(tt)^T for the warp's four tiles, slab `slab` of the
+  // stage. kTail: chunks at or beyond `valid_chunks` (past K, in the last stage of a slice) hold no
+  // data; their words and scale codes are zeroed, so that whatever the buffer holds adds nothing. The
+  // activation fragments are read again for every tile (cheap shared loads), which keeps the
+  // registers of a word's fragments, not of the whole slab's, live.
+  template <bool kTail>
+  __device__ __forceinline__ static void compute_slab(const SkinnyArgs& args, const uint8_t* stage,
+                                                      const uint8_t* act, int slab, int row_group, int lane,
+                                                      int64_t first_block, int valid_chunks, Acc& acc) {
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int c = slab * kSlabChunks + t;
+    const bool empty = kTail && c >= valid_chunks;
+    const int64_t block = first_block + int64_t(c) * kChunkElements / kBlock;
+    const int64_t first_tile = first_block / kSfTileCols;
+    const uint8_t* tiles = stage + args.rows_bytes;
 #pragma unroll
-    for (int ut = 0; ut < kUnitTiles; ++ut) {
-      const int rows[2] = {ut * kTileRows + g, ut * kTileRows + g + 8};
-      __half2 scale[2][kSlabChunks];               // folded: the block scale of word t of chunk j, per row
-      float factor[2][kFolded ? 1 : kSlabBlocks];  // MX: 2^e per row and block
+    for (int i = 0; i < kGroupTiles; ++i) {
+      const int r0 = row_group * kGroupRows + i * kTileRows + g;
+      uint32_t words[2][kChunkWords];
+      typename CodecB::Factors factors[2];
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const uint2 codes = scale_codes[rows[half]];
-        if constexpr (kFolded) {
-          const uint32_t words[kScaleWords] = {codes.x & scale_masks[0], codes.y & scale_masks[1]};
+      for (int h = 0; h < 2; ++h) {
+        const int r = r0 + 8 * h;
+        const uint4 v = *reinterpret_cast<const uint4*>(stage_chunk(args, stage, r, c));
+        words[h][0] = v.x, words[h][1] = v.y, words[h][2] = v.z, words[h][3] = v.w;
+        uint32_t codes = stage_scale_codes(tiles, r, block, first_tile);
+        if (empty) {
+          codes = 0;
 #pragma unroll
-          for (int q = 0; q < kScaleWords; ++q) {
-            __half2 two[2];
-            ue4m3_scale_pairs(words[q], t >> 1, 2 + (t >> 1), two);
-            scale[half][2 * q] = two[0];
-            scale[half][2 * q + 1] = two[1];
-          }
-        } else {
-          const uint32_t word = codes.x & scale_masks[0];
-#pragma unroll
-          for (int b = 0; b < kSlabBlocks; ++b) factor[half][b] = ue8m0_decode(uint8_t(word >> (8 * (mx_first + b))));
+          for (int w = 0; w < kChunkWords; ++w) words[h][w] = 0;
+        }
+        factors[h] = CodecB::factors(codes);
+      }
+      if constexpr (CodecB::kHasRest) {
+        if (__any_sync(0xFFFFFFFFu, factors[0].twice || factors[1].twice)) {
+          tile_mma<true>(words, factors, act, slab, lane, acc[i]);
+          continue;
         }
       }
+      tile_mma<false>(words, factors, act, slab, lane, acc[i]);
+    }
+  }
 
-      float part[kTokenTiles][4] = {};  // MX: one block's sum before its scales
+  // One tile's slab: the two rows' words decoded and multiplied with every token tile.
+  template <bool kRest>
+  __device__ __forceinline__ static void tile_mma(const uint32_t (&words)[2][kChunkWords],
+                                                  const typename CodecB::Factors (&factors)[2], const uint8_t* act,
+                                                  int slab, int lane, float (&acc)[kTokenTiles][4]) {
 #pragma unroll
-      for (int j = 0; j < kSlabChunks; ++j) {
-        uint32_t w[2][kPairs];
+    for (int w = 0; w < kChunkWords; ++w) {
+      uint32_t x[kTokenTiles][kPairs];
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          WordB::decode(data[rows[half] * (kSlabBytes / 4) + (j ^ swizzle) * kChunkWords + t], w[half]);
-          if constexpr (kFolded) fold_scale(w[half], scale[half][j]);
-        }
+      for (int tt = 0; tt < kTokenTiles; ++tt) load_fragments(act, slab, tt, w, lane, x[tt]);
+      uint32_t p[2][kPairs];
+      CodecB::template decode<kRest>(words[0][w], factors[0], w, p[0]);
+      CodecB::template decode<kRest>(words[1][w], factors[1], w, p[1]);
 #pragma unroll
-        for (int s = 0; s < kSteps; ++s) {
-          const uint32_t a_frag[4] = {w[0][2 * s], w[1][2 * s], w[0][2 * s + 1], w[1][2 * s + 1]};
+      for (int s = 0; s < kSteps; ++s) {
+        const uint32_t a_frag[4] = {p[0][2 * s], p[1][2 * s], p[0][2 * s + 1], p[1][2 * s + 1]};
 #pragma unroll
-          for (int tt = 0; tt < kTokenTiles; ++tt) {
-            const uint32_t b_frag[2] = {act.pairs[tt][j][2 * s], act.pairs[tt][j][2 * s + 1]};
-            mma_16x8x16(kFolded ? acc[ut][tt] : part[tt], a_frag, b_frag);
-          }
-        }
-        if constexpr (!kFolded) {
-          if ((j + 1) % kChunksPerMxBlock == 0) {
-            // acc += (partial * 2^e_token) * 2^e_row: both factors are powers of two (exact while in range)
-            const int b = j / kChunksPerMxBlock;
-#pragma unroll
-            for (int tt = 0; tt < kTokenTiles; ++tt) {
-#pragma unroll
-              for (int i = 0; i < 4; ++i) {
-                acc[ut][tt][i] = fmaf(part[tt][i] * act.factor[tt][i & 1][b], factor[i >> 1][b], acc[ut][tt][i]);
-                part[tt][i] = 0.0f;
-              }
-            }
-          }
+        for (int tt = 0; tt < kTokenTiles; ++tt) {
+          const uint32_t b_frag[2] = {x[tt][2 * s], x[tt][2 * s + 1]};
+          mma_bf16_16x8x16(acc[tt], a_frag, b_frag);
         }
       }
     }
   }
 
-  // The block's sum for (row r of the row group, token), from the warps' fragments in warp order.
-  __device__ __forceinline__ static float block_sum(const uint8_t* smem, int region_bytes, int warps, int r, int token) {
-    float sum = 0.0f;
-    for (int w = 0; w < warps; ++w) {
-      const float v = reinterpret_cast<const float*>(smem + w * region_bytes)[r * kTokens + token];
-      sum = w == 0 ? v : sum + v;
+  // ---- the producer warp ------------------------------------------------------------------------
+
+  __device__ static void produce(const SkinnyArgs& args, uint8_t* smem, uint64_t* full, uint64_t* empty,
+                                 int64_t slab_begin, int64_t slab_end, UnitWalk walk, int lane) {
+    constexpr int64_t kElementsPerByte = 8 / CodecB::kElementBits;
+    uint32_t it = 0;
+    Unit unit;
+    while (walk.advance(args.groups, unit)) {
+      const int64_t local_row0 = unit.row_block * kBlockRows;
+      const int rows = int(args.n - local_row0 < kBlockRows ? args.n - local_row0 : kBlockRows);
+      const int64_t row0 = unit.group * args.n + local_row0;  // of the flattened [groups * n, K] weight
+      const uint8_t* row_tile_scales = args.sfb + (row0 / kBlockRows) * args.sfb_k_tiles * kSfTileBytes;
+      const int64_t k_end = slab_end * kSlabBytes < args.b_row_bytes ? slab_end * kSlabBytes : args.b_row_bytes;
+      for (int64_t slab = slab_begin; slab < slab_end; slab += args.lanes, ++it) {
+        const int slot = int(it % uint32_t(args.stages));
+        sm90::mbar_wait(&empty[slot], ((it / uint32_t(args.stages)) & 1) ^ 1);
+        const int64_t k0 = slab * kSlabBytes;
+        const int64_t stage_end = k0 + args.lanes * kSlabBytes < k_end ? k0 + args.lanes * kSlabBytes : k_end;
+        const uint32_t bytes = uint32_t(stage_end - k0);
+        const int64_t first_tile = k0 * kElementsPerByte / kBlock / kSfTileCols;
+        const int64_t end_tile = ceil_div(ceil_div(stage_end * kElementsPerByte, kBlock), kSfTileCols);
+        const uint32_t tile_bytes = uint32_t((end_tile - first_tile) * kSfTileBytes);
+        uint8_t* stage = smem + slot * args.stage_bytes;
+        if constexpr (kInterleaved) {
+          // One bulk copy per 8-row tile: its K range is contiguous in the streaming layout.
+          if (lane == 0) sm90::mbar_arrive_expect_tx(&full[slot], uint32_t(rows) * bytes + tile_bytes);
+          __syncwarp();
+          const int64_t tile_stride = 8 * args.b_row_bytes;  // one 8-row tile's whole K range
+          for (int e = lane; e < rows / 8; e += 32) {
+            sm90::bulk_load(stage + e * (8 * args.lanes * kSlabBytes), args.b + (row0 / 8 + e) * tile_stride + 8 * k0,
+                            8 * bytes, &full[slot]);
+          }
+        } else if (lane == 0) {
+          // One box of 128 rows x the stage's K range; rows past the matrix and bytes past K arrive
+          // as zeros (and count toward the transaction all the same).
+          sm90::mbar_arrive_expect_tx(&full[slot], uint32_t(args.rows_bytes) + tile_bytes);
+          sm90::tma_load_2d(stage, &args.b_map, &full[slot], int32_t(k0), int32_t(row0));
+        }
+        if (lane == 0) {
+          sm90::bulk_load(stage + args.rows_bytes, row_tile_scales + first_tile * kSfTileBytes, tile_bytes, &full[slot]);
+        }
+      }
     }
-    return sum;
+  }
+
+  // ---- the consumer warps -----------------------------------------------------------------------
+
+  // The warp's accumulators into the CTA's partial sums [token][row] (first: store, else add).
+  __device__ __forceinline__ static void accumulate(float* partial, const Acc& acc, int row_group, int lane,
+                                                    bool first) {
+    const int g = lane >> 2;
+    const int t = lane & 3;
+#pragma unroll
+    for (int i = 0; i < kGroupTiles; ++i) {
+#pragma unroll
+      for (int tt = 0; tt < kTokenTiles; ++tt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = row_group * kGroupRows + i * kTileRows + g + 8 * (e >> 1);
+          const int token = tt * kTileTokens + 2 * t + (e & 1);
+          float& p = partial[token * kPartialStride + row];
+          p = first ? acc[i][tt][e] : p + acc[i][tt][e];
+        }
+      }
+    }
+  }
+
+  // This rank's rows of the unit: the S partials summed in rank order, the epilogue, the store.
+  __device__ static void store_slice(const SkinnyArgs& args, const Unit& unit, float* partial, int rank, int thread,
+                                     int threads) {
+    const GemmEpilogue& e = args.epilogue;
+    const int pair_begin = rank * (kBlockRows / 2) / args.splits;
+    const int pairs = (rank + 1) * (kBlockRows / 2) / args.splits - pair_begin;
+    const int items = pairs * unit.tokens;
+    const float alpha = epilogue_alpha(e, unit.group) * args.unbias;
+    for (int item = thread; item < items; item += threads) {
+      const int token = item / pairs;
+      const int local = 2 * (pair_begin + item % pairs);
+      const int64_t n = unit.row_block * kBlockRows + local;
+      const int64_t row = unit.a_row0 + token;
+      if (n >= args.n || !args.groups.owns(unit.group, row)) continue;
+      float* own = partial + token * kPartialStride + local;
+      float2 sum = *reinterpret_cast<const float2*>(own);
+      if (args.splits > 1) {
+        sum = load_cluster_float2(cluster_address(own, 0));
+        for (int r = 1; r < args.splits; ++r) {
+          const float2 v = load_cluster_float2(cluster_address(own, uint32_t(r)));
+          sum.x += v.x;
+          sum.y += v.y;
+        }
+      }
+      const float y0 = epilogue_value(e, sum.x, alpha, row, n, args.n, unit.group);
+      const float y1 = n + 1 < args.n ? epilogue_value(e, sum.y, alpha, row, n + 1, args.n, unit.group) : 0.0f;
+      store_pair(e, row, n, args.n, y0, y1);
+    }
+  }
+
+  __device__ static void consume(const SkinnyArgs& args, uint8_t* smem, uint64_t* full, uint64_t* empty,
+                                 uint64_t* ready, uint64_t* consumed, int64_t slab_begin, int64_t slab_end,
+                                 UnitWalk walk, int rank, int warp, int lane) {
+    const int lanes = args.lanes;
+    const int threads = kRowGroups * lanes * 32;
+    const int row_group = warp / lanes;  // compute: rows; activation: the token tile it decodes
+    const int slab_lane = warp % lanes;
+    const bool prepares = row_group < kTokenTiles;
+    float* partial = reinterpret_cast<float*>(smem + args.act_offset);
+    uint32_t it = 0;
+    uint32_t units_done = 0;
+    Unit unit;
+    while (walk.advance(args.groups, unit)) {
+      // The partial sums alias the activation buffers: every rank must have read this CTA's last ones.
+      if (args.splits > 1 && units_done > 0) mbarrier_wait_cluster(consumed, (units_done - 1) & 1);
+      Acc acc = {};
+      ActivationRaw raw;
+      if (prepares) load_activation(args, unit, slab_begin + slab_lane, row_group, lane, raw);
+      for (int64_t slab = slab_begin; slab < slab_end; slab += lanes, ++it) {
+        const int stage_slabs = int(slab_end - slab < lanes ? slab_end - slab : lanes);
+        uint8_t* act = smem + args.act_offset + (it & 1) * args.act_bytes;
+        if (prepares && slab_lane < stage_slabs) {
+          store_activation(raw, act + (slab_lane * kTokenTiles + row_group) * kActChunkBytes, lane);
+          if (slab + lanes + slab_lane < slab_end) load_activation(args, unit, slab + lanes + slab_lane, row_group, lane, raw);
+        }
+        // This buffer is complete, and nobody still reads the one the next stage overwrites.
+        sm90::named_barrier_sync(kConsumerBarrier, threads);
+        const int slot = int(it % uint32_t(args.stages));
+        sm90::mbar_wait(&full[slot], (it / uint32_t(args.stages)) & 1);
+        if (slab_lane < stage_slabs) {
+          const int64_t chunks_left = (args.b_row_bytes - slab * kSlabBytes) / kChunkBytes;
+          const int valid_chunks = int(chunks_left < lanes * kSlabChunks ? chunks_left : lanes * kSlabChunks);
+          const uint8_t* stage = smem + slot * args.stage_bytes;
+          const int64_t first_block = slab * kSlabElements / kBlock;
+          if (valid_chunks < stage_slabs * kSlabChunks) {
+            compute_slab<true>(args, stage, act, slab_lane, row_group, lane, first_block, valid_chunks, acc);
+          } else {
+            compute_slab<false>(args, stage, act, slab_lane, row_group, lane, first_block, valid_chunks, acc);
+          }
+        }
+        __syncwarp();
+        if (lane == 0) sm90::mbar_arrive(&empty[slot]);
+      }
+
+      sm90::named_barrier_sync(kConsumerBarrier, threads);  // every warp is done with the activation buffers
+      for (int l = 0; l < lanes; ++l) {
+        if (slab_lane == l) accumulate(partial, acc, row_group, lane, l == 0);
+        sm90::named_barrier_sync(kConsumerBarrier, threads);
+      }
+      if (args.splits > 1) {
+        if (warp == 0 && lane == 0) {
+          fence_cluster();
+          for (int r = 0; r < args.splits; ++r) mbarrier_arrive_cluster(cluster_address(ready, uint32_t(r)));
+        }
+        mbarrier_wait_cluster(ready, units_done & 1);
+      }
+      store_slice(args, unit, partial, rank, warp * 32 + lane, threads);
+      sm90::named_barrier_sync(kConsumerBarrier, threads);  // done reading every rank's partial sums
+      if (args.splits > 1 && warp == 0 && lane == 0) {
+        for (int r = 0; r < args.splits; ++r) mbarrier_arrive_cluster(cluster_address(consumed, uint32_t(r)));
+      }
+      ++units_done;
+    }
+    // No CTA leaves while another rank may still read its shared memory.
+    if (args.splits > 1 && units_done > 0) mbarrier_wait_cluster(consumed, (units_done - 1) & 1);
   }
 
   __device__ static void run(const SkinnyArgs& args) {
+    extern __shared__ __align__(128) uint8_t smem[];
+    __shared__ uint64_t full[kMaxStages];
+    __shared__ uint64_t empty[kMaxStages];
+    __shared__ uint64_t ready;
+    __shared__ uint64_t consumed;
+    const int warp = int(threadIdx.x) / 32;
+    const int lane = int(threadIdx.x) % 32;
+    const int consumers = kRowGroups * args.lanes;
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < args.stages; ++s) {
+        sm90::mbar_init(&full[s], 1);
+        sm90::mbar_init(&empty[s], uint32_t(consumers));
+      }
+      sm90::mbar_init(&ready, uint32_t(args.splits));
+      sm90::mbar_init(&consumed, uint32_t(args.splits));
+      sm90::mbar_init_fence();
+      if constexpr (!kInterleaved) sm90::prefetch_tensor_map(&args.b_map);
+    }
+    if (args.splits > 1) {
+      cluster_sync();  // every CTA's barriers exist before anyone arrives on them
+    } else {
+      __syncthreads();
+    }
     griddep_wait();
     griddep_launch_dependents();
-    extern __shared__ __align__(16) uint8_t smem[];
-    const int warps = blockDim.x / 32;
-    const int warp = threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
-    const int g = lane / 4;
-    const int t = lane % 4;
-    uint8_t* ring = smem + warp * args.region_bytes;
-    const int block_row = int(blockIdx.x) * kBlockRows;
-    const int split = blockIdx.y;
-    const int64_t slab_begin = split * args.slabs / args.splits;
-    const int64_t slab_end = (split + 1) * args.slabs / args.splits;
-    const int units = int(slab_end - slab_begin) * kSlabUnits;
-    const int unit_begin = int(int64_t(warp) * units / warps);
-    const int unit_end = int(int64_t(warp + 1) * units / warps);
-    const int stages = args.stages;
-
-    // The copy cursor starts at this warp's first unit; units go to ring slots in turn.
-    const uint8_t* lane_data =
-        args.b + int64_t(block_row / 8) * args.eighth_stride + chunk_lane_offset<kInterleaved>(args, g, t);
-    const int64_t unit_stride = (kUnitRows / 8) * args.eighth_stride;
-    CopyCursor cursor;
-    cursor.enter_slab(args, slab_begin + unit_begin / kSlabUnits, t);
-    cursor.unit = unit_begin % kSlabUnits;
-    cursor.row = block_row + cursor.unit * kUnitRows;
-    cursor.slab_data = lane_data + cursor.slab * args.slab_stride;
-    cursor.data = cursor.slab_data + cursor.unit * unit_stride;
-    int copies_left = unit_end - unit_begin;
-    int copy_slot = 0;
-    const auto issue = [&]() {
-      if (copies_left > 0) {
-        copy_unit(args, cursor, ring + copy_slot * kSlotBytes, g, t);
-        --copies_left;
-        copy_slot = copy_slot + 1 == stages ? 0 : copy_slot + 1;
-        if (++cursor.unit < kSlabUnits) {
-          cursor.data += unit_stride;
-          cursor.row += kUnitRows;
-        } else {
-          cursor.enter_slab(args, cursor.slab + 1, t);
-          cursor.unit = 0;
-          cursor.row = block_row;
-          cursor.slab_data += args.slab_stride;
-          cursor.data = cursor.slab_data;
-        }
-      }
-      copy_async_commit();  // empty groups keep the group count of every iteration the same
-    };
-
-    float acc[kSlabUnits][kUnitTiles][kTokenTiles][4] = {};
-    if (unit_end > unit_begin) {
-      RawActivation raw;
-      ActivationSlab act;
-      const int64_t first_slab = slab_begin + unit_begin / kSlabUnits;
-      const int64_t last_slab = slab_begin + (unit_end - 1) / kSlabUnits;
-      load_activation(args, first_slab, g, t, raw);
-      for (int i = 0; i < stages - 1; ++i) issue();
-      int read_slot = 0;
-      for (int64_t slab = first_slab; slab <= last_slab; ++slab) {
-        decode_activation(args, slab, t, raw, act);
-        if (slab < last_slab) load_activation(args, slab + 1, g, t, raw);
-        const uint32_t scale_masks[2] = {valid_scale_codes(~0u, scale_word_block(slab, 0), args.scale_blocks),
-                                         valid_scale_codes(~0u, scale_word_block(slab, 1), args.scale_blocks)};
-        const int mx_first = int((slab * kSlabBlocks) & 3);
-#pragma unroll
-        for (int u = 0; u < kSlabUnits; ++u) {
-          const int unit = int(slab - slab_begin) * kSlabUnits + u;
-          if (unit >= unit_begin && unit < unit_end) {  // warp-uniform
-            issue();
-            copy_async_wait(stages - 1);
-            __syncwarp();  // every lane's copies of this unit have landed
-            compute_unit(ring + read_slot * kSlotBytes, scale_masks, mx_first, g, t, act, acc[u]);
-            __syncwarp();  // every lane is done with the slot before it is refilled
-            read_slot = read_slot + 1 == stages ? 0 : read_slot + 1;
-          }
-        }
-      }
-    }
-    copy_async_wait(0);
-    __syncwarp();
-
-    // This warp's fragments -> its own region (the ring is drained), then the block sum.
-    float* red = reinterpret_cast<float*>(ring);
-#pragma unroll
-    for (int u = 0; u < kSlabUnits; ++u) {
-#pragma unroll
-      for (int ut = 0; ut < kUnitTiles; ++ut) {
-#pragma unroll
-        for (int tt = 0; tt < kTokenTiles; ++tt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int r = (u * kUnitTiles + ut) * kTileRows + g + 8 * (e >> 1);
-            red[r * kTokens + tt * kTileTokens + 2 * t + (e & 1)] = acc[u][ut][tt][e];
-          }
-        }
-      }
-    }
-    __syncthreads();
-
-    const float alpha = args.alpha_scale * (args.alpha != nullptr ? *args.alpha : 1.0f);
-    const int outputs = kBlockRows * args.m;
-    if (args.splits == 1) {
-      for (int o = threadIdx.x; o < outputs; o += blockDim.x) {
-        const int token = o / kBlockRows;
-        const int r = o % kBlockRows;
-        const int n = block_row + r;
-        if (n < args.n) {
-          const float sum = block_sum(smem, args.region_bytes, warps, r, token);
-          store_output(args, token, n, epilogue(args, sum, alpha, token, n));
-        }
-      }
-      return;
-    }
-
-    for (int o = threadIdx.x; o < outputs; o += blockDim.x) {
-      const int token = o / kBlockRows;
-      const int r = o % kBlockRows;
-      const int n = block_row + r;
-      if (n < args.n) {
-        args.partials[(int64_t(split) * args.m + token) * args.n + n] = block_sum(smem, args.region_bytes, warps, r, token);
-      }
-    }
-    // The last of the row group's S blocks (in arrival order) reduces all S partials in split order.
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&args.counters[blockIdx.x], 1) == args.splits - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (int o = threadIdx.x; o < outputs; o += blockDim.x) {
-      const int token = o / kBlockRows;
-      const int r = o % kBlockRows;
-      const int n = block_row + r;
-      if (n < args.n) {
-        float sum = __ldcg(&args.partials[int64_t(token) * args.n + n]);
-        for (int s = 1; s < args.splits; ++s) sum += __ldcg(&args.partials[(int64_t(s) * args.m + token) * args.n + n]);
-        store_output(args, token, n, epilogue(args, sum, alpha, token, n));
-      }
+    // Rank q streams stages [q * R / S, (q + 1) * R / S) of every row (R stages a row): whole boxes,
+    // so that no box reads into another rank's slice.
+    const int rank = int(blockIdx.x) % args.splits;
+    const int64_t slab_begin = rank * args.row_stages / args.splits * args.lanes;
+    const int64_t stage_end = (rank + 1) * args.row_stages / args.splits * args.lanes;
+    const int64_t slab_end = stage_end < args.slabs ? stage_end : args.slabs;
+    UnitWalk walk{};
+    walk.next = int64_t(blockIdx.x) / args.splits;
+    walk.stride = int64_t(gridDim.x) / args.splits;
+    walk.row_blocks = args.row_blocks;
+    if (warp == consumers) {
+      produce(args, smem, full, empty, slab_begin, slab_end, walk, lane);
+    } else {
+      consume(args, smem, full, empty, &ready, &consumed, slab_begin, slab_end, walk, rank, warp, lane);
     }
   }
 };
 
+// 128 registers a thread: two CTAs of the default shape (3 slab warps per row group, 224 threads)
+// fit an SM's register file, with no spill in the slab loop.
 template <OperandFormat kA, OperandFormat kB, int kTokenTiles, bool kInterleaved>
-__global__ void __launch_bounds__(kMaxWarps * 32) skinny_gemm_kernel(SkinnyArgs args) {
+__global__ void __maxnreg__(128) skinny_gemm_kernel(const __grid_constant__ SkinnyArgs args) {
   SkinnyKernel<kA, kB, kTokenTiles, kInterleaved>::run(args);
 }
 
