@@ -174,8 +174,9 @@ void permute_to_masked_cuda(const at::Tensor& x, const at::Tensor& scale, const 
                   scale.size(0) == tokens && scale.size(1) * (broadcast ? 512 : 32) == hidden,
               "fp4_gemm.permute_to_masked: scale must be contiguous int32 [tokens, hidden / 512] or uint8 "
               "[tokens, hidden / 32]");
+  // topk may be 0 (no slot routed: every row is zeroed, every count is 0), as on the CPU.
   TORCH_CHECK(topk_ids.dim() == 2 && topk_ids.is_contiguous() && topk_ids.scalar_type() == at::kLong &&
-                  topk_ids.size(0) == tokens && topk_ids.size(1) >= 1 && topk_ids.numel() <= INT32_MAX,
+                  topk_ids.size(0) == tokens && topk_ids.numel() <= INT32_MAX,
               "fp4_gemm.permute_to_masked: topk_ids must be contiguous int64 [tokens, topk], below 2^31 slots");
   TORCH_CHECK(num_experts >= 1 && num_experts <= fp4_gemm::kPermuteMaxExperts && max_token_num >= 1,
               "fp4_gemm.permute_to_masked: num_experts must be in [1, ", fp4_gemm::kPermuteMaxExperts,

@@ -67,11 +67,6 @@ def quantize_fp4_sfa_mse_bf16(
     return _quantize(x, "nvfp4_mse", *x.shape, packed, sfa)
 
 
-def aligned_dim(dim: int, alignment: int) -> int:
-    """dim rounded up to a multiple of alignment."""
-    return -(-dim // alignment) * alignment
-
-
 def padded_bias(bias: OptTensor, rows: int) -> OptTensor:
     """bias zero-padded to `rows` entries (None stays None)."""
     if bias is None:
@@ -87,7 +82,7 @@ def quantize_fp4_sfa_padded_bf16(x: Tensor, *, alignment: int = 32, is_sfb: bool
     sfa_size_bytes(rows, K'), K). Bind-time helper: it allocates."""
     _validate.padded_quantizer(x, alignment)
     rows, logical = x.shape
-    packed, sfa = _quantize(x, "nvfp4", rows, aligned_dim(logical, alignment), None, None)
+    packed, sfa = _quantize(x, "nvfp4", rows, _validate.aligned_dim(logical, alignment), None, None)
     return packed, sfa, logical
 
 
@@ -101,7 +96,7 @@ def pack_nvfp4_weight_bf16(
     """
     _validate.pack_weight(weight, bias, alignment, mse)
     n, k = weight.shape
-    rows, cols = aligned_dim(n, alignment), aligned_dim(k, alignment)
+    rows, cols = _validate.aligned_dim(n, alignment), _validate.aligned_dim(k, alignment)
     packed, sfb = _quantize(weight, "nvfp4_mse" if mse else "nvfp4", rows, cols, None, None)
     return packed, sfb, padded_bias(bias, rows), (n, k)
 
@@ -523,5 +518,5 @@ def nvfp4_gemm_m256_bf16(
     """Large-M tier (M >= 512) of nvfp4_gemm_bf16 with a caller-owned workspace of at least
     nvfp4_gemm_m256_workspace_size(...) bytes; pass the same workspace on every graph replay."""
     required = nvfp4_gemm_m256_workspace_size(a_packed, b_packed, sfa, sfb)
-    _validate.m256(a_packed, workspace, required)
+    _validate.m256(a_packed, workspace, required, (a_packed, b_packed, sfa, sfb, out))
     return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, schedule="m256")

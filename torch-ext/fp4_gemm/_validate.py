@@ -7,10 +7,15 @@ Rules on device-side data (expert ids, valid counts, routing) are checked here w
 the CPU. On a GPU, checking would need a host synchronization in the hot path, so the kernels clamp
 or skip instead (never reading or writing out of bounds); with FP4_GEMM_DEBUG=1 in the environment
 the data is copied to the host and checked before the launch.
+
+Two rules look at buffers, not shapes: outputs must not share memory with any input or with each
+other (`disjoint`: a kernel thread would read what another one writes), and what a function
+allocates must fit the device's memory (`fits_in_memory`).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from typing import NoReturn
@@ -29,6 +34,8 @@ MROWS_MAX_M = 16
 M256_MIN_M = 512
 VARIANTS = (0, 1, 2)  # default, widen, pingpong; -1 picks by shape
 MAX_PERMUTE_EXPERTS = 8192
+INT32_MAX = 2**31 - 1
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
 
 def fail(rule: str) -> NoReturn:
@@ -117,19 +124,87 @@ def positive_int(name: str, value: object, minimum: int = 1) -> int:
 
 
 def number(name: str, value: object) -> float:
+    """A Python float (an int is accepted) that the kernels can take as a float32: NaN and +-inf pass
+    through as they are, a finite value beyond the float32 range would become inf there."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         fail(f"{name} must be a Python float, got {type(value).__name__}")
-    return float(value)
+    rule = f"{name} must be within the float32 range (|{name}| <= {FLOAT32_MAX:.8g})"
+    try:
+        result = float(value)
+    except OverflowError:
+        fail(f"{rule}, got an int of {value.bit_length()} bits")
+    if math.isfinite(result) and abs(result) > FLOAT32_MAX:
+        fail(f"{rule}, got {result!r}")
+    return result
 
 
 def sm_count(value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or (value != -1 and value < 1):
-        fail(f"sm_count must be -1 (all SMs) or a positive integer, got {value!r}")
+    if not integer(value) or not (value == -1 or 1 <= value <= INT32_MAX):
+        fail(f"sm_count must be -1 (all SMs) or a positive integer below 2**31, got {value!r}")
 
 
 def multiple(name: str, value: int, of: int, why: str) -> None:
     if value <= 0 or value % of != 0:
         fail(f"{name} ({value}) must be a positive multiple of {of} ({why})")
+
+
+def disjoint(
+    outputs: dict[str, torch.Tensor | None],
+    inputs: dict[str, torch.Tensor | None],
+    in_place: tuple[str, str] | None = None,
+) -> None:
+    """Outputs share no byte with any input or with each other: a kernel would race, one thread
+    reading what another writes. `in_place` names the one (output, input) pair that may be the very
+    same buffer (each element read, then written, by one thread). Contiguous tensors on one device:
+    byte ranges decide."""
+    if torch.compiler.is_compiling():
+        return
+    written = [(name, t) for name, t in outputs.items() if t is not None and t.numel() > 0]
+    if not written or any(isinstance(t, torch._subclasses.FakeTensor) for _, t in written):
+        return
+    spans = [(name, t.data_ptr(), t.data_ptr() + t.nbytes) for name, t in written]
+    others = [
+        (name, t.data_ptr(), t.data_ptr() + t.nbytes) for name, t in inputs.items() if t is not None and t.numel()
+    ]
+    for i, (name, start, end) in enumerate(spans):
+        for other, other_start, other_end in spans[i + 1 :] + others:
+            if start < other_end and other_start < end:
+                if (name, other) == in_place and (start, end) == (other_start, other_end):
+                    continue
+                allowed = f"; {in_place[0]} may be {in_place[1]} itself" if in_place else ""
+                fail(
+                    f"{name} must not share memory with {other} (outputs overlap no input and no other output{allowed})"
+                )
+
+
+_DEVICE_MEMORY: dict[torch.device, int | None] = {}
+
+
+def device_memory(device: torch.device) -> int | None:
+    """Bytes of memory of a device (CUDA: total_memory; the CPU: physical memory), read once; None
+    where unknown (a fake CUDA tensor on a machine without one)."""
+    if device not in _DEVICE_MEMORY:
+        if device.type == "cuda":
+            known = torch.cuda.is_available()
+            _DEVICE_MEMORY[device] = torch.cuda.get_device_properties(device).total_memory if known else None
+        else:
+            _DEVICE_MEMORY[device] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return _DEVICE_MEMORY[device]
+
+
+def fits_in_memory(what: str, nbytes: int, device: torch.device) -> None:
+    """What a function allocates must fit the device's memory (else the allocator fails, or on the CPU
+    the system's memory runs out)."""
+    if torch.compiler.is_compiling():
+        return
+    limit = device_memory(device)
+    if limit is not None and nbytes > limit:
+        fail(f"{what} would need {nbytes} bytes, more than the memory of {device} ({limit} bytes)")
+
+
+def packed_bytes(rows: int, cols: int) -> int:
+    """Bytes of packed NVFP4 values [rows, cols / 2] and their flat scales."""
+    return rows * cols // 2 + reference.sf_bytes(rows, -(-cols // 16))
 
 
 # ---- quantizers -------------------------------------------------------------------------------
@@ -153,6 +228,9 @@ def group_wise_quant(input: torch.Tensor, mode: str, use_swizzle: object, use_pd
     boolean("use_pdl", use_pdl)
     tensor("input", input, dtypes=HALF_DTYPES, ndim=2)
     multiple("input.shape[1] (K)", input.shape[1], fmt.group, f"blocks of {fmt.group} in mode {mode!r}")
+    rows, k = input.shape
+    nbytes = rows * fmt.stored_cols(k) + reference.sf_bytes(rows, k // fmt.group)
+    fits_in_memory("the quantized values and scales", nbytes, input.device)
     return fmt
 
 
@@ -161,11 +239,14 @@ def fp4_quantizer(x: object, dtype: torch.dtype, packed: object, sfa: object) ->
     quantize_input("x", x, (dtype,), 16)
     if (packed is None) != (sfa is None):
         fail("pass both packed and sfa, or neither")
-    if packed is not None:
-        rows, cols = x.shape
-        tensor("packed", packed, dtypes=(torch.uint8,), shape=(rows, cols // 2))
-        scale_buffer("sfa", sfa, rows, cols // 16)
-        same_device(x=x, packed=packed, sfa=sfa)
+    rows, cols = x.shape
+    if packed is None:
+        fits_in_memory("the packed values and scales", packed_bytes(rows, cols), x.device)
+        return
+    tensor("packed", packed, dtypes=(torch.uint8,), shape=(rows, cols // 2))
+    scale_buffer("sfa", sfa, rows, cols // 16)
+    same_device(x=x, packed=packed, sfa=sfa)
+    disjoint({"packed": packed, "sfa": sfa}, {"x": x})
 
 
 def alignment(value: object) -> int:
@@ -174,9 +255,16 @@ def alignment(value: object) -> int:
     return value
 
 
+def aligned_dim(dim: int, align: int) -> int:
+    """dim rounded up to a multiple of align."""
+    return -(-dim // align) * align
+
+
 def padded_quantizer(x: object, align: object) -> None:
     tensor("x", x, dtypes=(torch.bfloat16,), ndim=2)
     alignment(align)
+    rows, k = x.shape
+    fits_in_memory("the padded values and scales", packed_bytes(rows, aligned_dim(k, align)), x.device)
 
 
 def pack_weight(weight: object, bias: object, align: object, mse: object) -> None:
@@ -185,6 +273,8 @@ def pack_weight(weight: object, bias: object, align: object, mse: object) -> Non
     boolean("mse", mse)
     optional("bias", bias, dtypes=(torch.bfloat16,), shape=(weight.shape[0],))
     same_device(weight=weight, bias=bias)
+    n, k = aligned_dim(weight.shape[0], align), aligned_dim(weight.shape[1], align)
+    fits_in_memory("the padded weight, scales and bias", packed_bytes(n, k) + 2 * n, weight.device)
 
 
 def dequantizer(packed: object, sfa: object, out: object) -> None:
@@ -194,6 +284,9 @@ def dequantizer(packed: object, sfa: object, out: object) -> None:
     scale_buffer("sfa", sfa, rows, cols // 16)
     optional("out", out, dtypes=(torch.float16,), shape=(rows, cols))
     same_device(packed=packed, sfa=sfa, out=out)
+    if out is None:
+        fits_in_memory("the float16 output", 2 * rows * cols, packed.device)
+    disjoint({"out": out}, {"packed": packed, "sfa": sfa})
 
 
 # ---- flashrt-style GEMMs ----------------------------------------------------------------------
@@ -256,7 +349,14 @@ def nvfp4_gemm(
         dtype = OUT_DTYPES[out_format]
         optional("residual", residual, dtypes=(dtype,), shape=(m, n))
         optional("out", out, dtypes=(dtype,), shape=(m, n_out))
-    same_device(a=a, b=b, sfa=sfa, sfb=sfb, bias=bias, residual=residual, out=out, out_scales=out_scales)
+    device = same_device(a=a, b=b, sfa=sfa, sfb=sfb, bias=bias, residual=residual, out=out, out_scales=out_scales)
+    if out is None:
+        nbytes = packed_bytes(m, n_out) if out_format.startswith("nvfp4") else 2 * m * n_out
+        fits_in_memory("the output", nbytes, device)
+        return m, n_out, k
+    outputs = {"out_packed": out, "out_sfa": out_scales} if out_format.startswith("nvfp4") else {"out": out}
+    inputs = {"a_packed": a, "b_packed": b, "sfa": sfa, "sfb": sfb, "bias": bias, "residual": residual}
+    disjoint(outputs, inputs, in_place=("out", "residual"))
     return m, n_out, k
 
 
@@ -300,7 +400,8 @@ def repack(b: object, out: object) -> None:
     same_device(b_packed=b, out=out)
 
 
-def m256(a: torch.Tensor, workspace: object, required: int) -> None:
+def m256(a: torch.Tensor, workspace: object, required: int, operands: tuple) -> None:
+    """The M >= 512 tier: its caller workspace; `operands` = (a, b, sfa, sfb, out), which it may not overlap."""
     m = a.shape[0]
     if m < M256_MIN_M:
         fail(f"nvfp4_gemm_m256_bf16 needs M >= {M256_MIN_M}, got M={m}")
@@ -315,6 +416,7 @@ def m256(a: torch.Tensor, workspace: object, required: int) -> None:
     if workspace.numel() < required:
         fail(f"workspace must hold at least {required} bytes, got {workspace.numel()}")
     same_device(a_packed=a, workspace=workspace)
+    disjoint({"workspace": workspace}, dict(zip(("a_packed", "b_packed", "sfa", "sfb", "out"), operands, strict=True)))
 
 
 def e0m3_a_format(value: object) -> str:
@@ -358,9 +460,11 @@ def halops_gemm(
     sm: object,
     group_index: object = None,
     max_m: object = 0,
+    use_pdl: object = True,
 ) -> None:
     """dense_gemm, batch_gemm, group_contiguous_gemm and group_masked_gemm."""
     sm_count(sm)
+    boolean("use_pdl", use_pdl)
     if grouping == "batched":
         fmt, k = _operands(mode, input, weight, 3, 3)
         groups, rows, n = input.shape[0], input.shape[0] * input.shape[1], weight.shape[1]
@@ -389,6 +493,8 @@ def halops_gemm(
         tensor("masked_m", group_index, dtypes=(torch.int32,), shape=(groups,))
         valid_counts("masked_m", group_index, max_m)
     same_device(input=input, weight=weight, sfa=sfa, sfb=sfb, output=output, bias=bias, alpha=alpha, index=group_index)
+    inputs = {"input": input, "weight": weight, "sfa": sfa, "sfb": sfb, "bias": bias, "alpha": alpha}
+    disjoint({"output": output}, inputs | {"expert_ids" if grouping == "contiguous" else "masked_m": group_index})
 
 
 def expert_ids(ids: torch.Tensor, experts: int) -> None:
@@ -426,6 +532,9 @@ def swiglu_quant(input: object, counts: object, is_fp4: object) -> None:
         fail(f"input rows ({input.shape[0]}) must be num_experts ({experts}) * rows per expert")
     valid_counts("token_nums_per_expert", counts, input.shape[0] // experts)
     same_device(input=input, token_nums_per_expert=counts)
+    rows, hidden = input.shape[0], input.shape[1] // 2
+    nbytes = rows * hidden * (4 if is_fp4 else 8) // 8 + reference.sf_bytes(rows, hidden // group)
+    fits_in_memory("the quantized values and scales", nbytes, input.device)
 
 
 def permute(x: object, scale: object, topk_ids: object, experts: object, max_token_num: object) -> None:
@@ -449,6 +558,11 @@ def permute(x: object, scale: object, topk_ids: object, experts: object, max_tok
     positive_int("max_token_num", max_token_num, 128)
     multiple("max_token_num", max_token_num, 128, "whole 128-row scale tiles per expert")
     same_device(x=x, scale=scale, topk_ids=topk_ids)
+    rows = experts * max_token_num
+    nbytes = (
+        rows * hidden * x.element_size() + reference.sf_bytes(rows, hidden // 32) + 4 * (topk_ids.numel() + experts)
+    )
+    fits_in_memory(f"the permuted rows (num_local_experts * max_token_num = {rows})", nbytes, x.device)
     host = host_data(topk_ids)
     if host is not None and debug_checks():  # overflow is legal (counts report it); debug mode flags it
         routed = host[(host >= 0) & (host < experts)]
