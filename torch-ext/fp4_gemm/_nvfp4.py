@@ -67,6 +67,14 @@ def quantize_fp4_sfa_mse_bf16(
     return _quantize(x, "nvfp4_mse", *x.shape, packed, sfa)
 
 
+def aligned_fp4_dim(dim: int, alignment: int = 32) -> int:
+    """The physical width of a logical FP4 GEMM dimension: dim rounded up to a multiple of alignment (a
+    positive multiple of 16), what quantize_fp4_sfa_padded_bf16 and pack_nvfp4_weight_bf16 pad to."""
+    _validate.positive_int("dim", dim)
+    _validate.alignment(alignment)
+    return _validate.aligned_dim(dim, alignment)
+
+
 def padded_bias(bias: OptTensor, rows: int) -> OptTensor:
     """bias zero-padded to `rows` entries (None stays None)."""
     if bias is None:
@@ -161,8 +169,8 @@ def nvfp4_gemm_bf16(
     variant: int = -1,
 ) -> Tensor:
     """out = alpha * A @ B^T, bfloat16 [M, N]."""
-    _validate.variant(variant)
-    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, variant=variant)
+    chosen = _validate.variant(variant)
+    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, variant=chosen)
 
 
 def nvfp4_gemm_fp16(
@@ -175,8 +183,8 @@ def nvfp4_gemm_fp16(
     variant: int = -1,
 ) -> Tensor:
     """out = alpha * A @ B^T, float16 [M, N]."""
-    _validate.variant(variant)
-    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, out_format="fp16", variant=variant)
+    chosen = _validate.variant(variant)
+    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, out_format="fp16", variant=chosen)
 
 
 def nvfp4_gemm_variant_bf16(
@@ -188,9 +196,10 @@ def nvfp4_gemm_variant_bf16(
     out: OptTensor = None,
     variant: int = 0,
 ) -> Tensor:
-    """nvfp4_gemm_bf16 on an explicit schedule: variant is one of capabilities()['variants'] other than -1."""
-    _validate.variant(variant, allow_auto=False)
-    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, variant=variant)
+    """nvfp4_gemm_bf16 on an explicit schedule: variant is one of capabilities()['variants'] other than -1,
+    or a flashrt schedule id (7, 10: hints that run the automatic choice)."""
+    chosen = _validate.variant(variant, allow_auto=False)
+    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, variant=chosen)
 
 
 def fp4_w4a16_linear_bf16(

@@ -33,6 +33,9 @@ MAX_STAGES = 8
 MROWS_MAX_M = 16
 M256_MIN_M = 512
 VARIANTS = (0, 1, 2)  # default, widen, pingpong; -1 picks by shape
+# flashrt's schedule ids (its Thor pipelines pass 7 for large-M shapes, 10 for compact decode ones),
+# accepted as hints: both run the automatic choice, which picks the wide tile from 512 rows of A.
+FLASHRT_VARIANTS = {7: -1, 10: -1}
 MAX_PERMUTE_EXPERTS = 8192
 INT32_MAX = 2**31 - 1
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
@@ -302,9 +305,14 @@ def boolean(name: str, value: object) -> None:
 
 
 def variant(value: object, *, allow_auto: bool = True) -> int:
+    """The variant that runs: one of capabilities()['variants'] (-1 only where allow_auto), or a
+    flashrt schedule id, which maps to its FLASHRT_VARIANTS hint."""
     allowed = ((-1,) if allow_auto else ()) + VARIANTS
+    if integer(value) and value in FLASHRT_VARIANTS:
+        return FLASHRT_VARIANTS[value]
     if not integer(value) or value not in allowed:
-        fail(f"variant must be one of {allowed} (capabilities()['variants']), got {value!r}")
+        flashrt = tuple(FLASHRT_VARIANTS)
+        fail(f"variant must be one of {allowed} (capabilities()['variants']) or a flashrt id {flashrt}, got {value!r}")
     return value
 
 
