@@ -1056,6 +1056,10 @@ def broken_call(name: str, mutation: Mutation) -> tuple[list, dict]:
 
 @pytest.mark.parametrize("name,mutation,rule", RULES)
 def test_broken_call_raises_value_error_naming_the_rule_before_any_op(fp4, name, mutation, rule):
+    """The valid call runs first, so that its verdict is remembered (_validate.checked): a broken call
+    is checked in full whatever calls came before."""
+    valid_args, valid_kwargs = make_call(name, "cpu")
+    getattr(fp4, name)(*valid_args, **valid_kwargs)
     args, kwargs = broken_call(name, mutation)
     with OpRecorder(fp4.ops.name) as recorder, pytest.raises(ValueError, match=re.escape(rule)):
         getattr(fp4, name)(*args, **kwargs)
@@ -1308,3 +1312,24 @@ def test_alpha_inf_and_nan_are_numbers_the_kernels_take(fp4):
     args, _ = make_call("nvfp4_gemm_bf16", "cpu")
     assert fp4.nvfp4_gemm_bf16(*args, alpha=float("nan")).isnan().all()
     assert fp4.nvfp4_gemm_bf16(*args, alpha=float("inf")).isinf().any()
+
+
+# ---- remembered verdicts (_validate.checked): what they key on ----------------------------------
+
+
+def test_a_verdict_is_keyed_on_contiguity_and_value_types(fp4):
+    args, kwargs = make_call("dense_gemm", "cpu")
+    fp4.dense_gemm(*args, **kwargs, sm_count=1)
+    with pytest.raises(ValueError, match=re.escape(SM_COUNT)):
+        fp4.dense_gemm(*args, **kwargs, sm_count=True)  # True == 1, but not an int
+    broken = list(args)
+    broken[0] = strided(args[0])  # the same shape and dtype, not contiguous
+    with pytest.raises(ValueError, match="input must be contiguous"):
+        fp4.dense_gemm(*broken, **kwargs)
+
+
+def test_verdicts_are_forgotten_beyond_their_bound(fp4):
+    validate = fp4._validate
+    for k in range(validate.MAX_VERDICTS + 10):
+        validate.checked(("bound test", k), lambda: None)
+    assert len(validate._VERDICTS) <= validate.MAX_VERDICTS
