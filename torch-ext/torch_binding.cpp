@@ -62,12 +62,6 @@ Enum parse_name(std::string_view name, const std::string_view (&names)[N], const
   TORCH_CHECK(false, "fp4_gemm.gemm: unknown ", what, " '", name, "'");
 }
 
-// Names in the enums' order (csrc/gemm/problem.h), as the Python layer spells them.
-constexpr std::string_view kOperandFormats[] = {"mxfp8", "mxfp4", "nvfp4", "e0m3", "bf16"};
-constexpr std::string_view kGroupings[] = {"dense", "batched", "contiguous", "masked"};
-constexpr std::string_view kActivations[] = {"none", "gelu", "relu2", "geglu"};
-constexpr std::string_view kOutFormats[] = {"bf16", "fp16", "nvfp4", "nvfp4_from_fp16"};
-constexpr std::string_view kSchedules[] = {"auto", "streamk", "m256"};
 
 // Compute capability of a device, read once per device.
 int device_cc(c10::DeviceIndex index) {
@@ -289,13 +283,13 @@ fp4_gemm::GemmProblem gemm_kind(std::string_view a_format, std::string_view b_fo
                                 std::string_view schedule) {
   using namespace fp4_gemm;
   GemmProblem problem;
-  problem.a.format = parse_name<OperandFormat>(a_format, kOperandFormats, "operand format");
-  problem.b.format = parse_name<OperandFormat>(b_format, kOperandFormats, "operand format");
+  problem.a.format = parse_name<OperandFormat>(a_format, kOperandFormatNames, "operand format");
+  problem.b.format = parse_name<OperandFormat>(b_format, kOperandFormatNames, "operand format");
   problem.b_interleaved = b_interleaved;
-  problem.grouping = parse_name<Grouping>(grouping, kGroupings, "grouping");
-  problem.epilogue.activation = parse_name<Activation>(activation, kActivations, "activation");
-  problem.epilogue.out_format = parse_name<OutFormat>(out_format, kOutFormats, "output format");
-  problem.schedule = parse_name<Schedule>(schedule, kSchedules, "schedule");
+  problem.grouping = parse_name<Grouping>(grouping, kGroupingNames, "grouping");
+  problem.epilogue.activation = parse_name<Activation>(activation, kActivationNames, "activation");
+  problem.epilogue.out_format = parse_name<OutFormat>(out_format, kOutFormatNames, "output format");
+  problem.schedule = parse_name<Schedule>(schedule, kScheduleNames, "schedule");
   return problem;
 }
 
