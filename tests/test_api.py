@@ -84,26 +84,20 @@ def test_aligned_fp4_dim_rounds_up_to_the_alignment(fp4, dim, alignment, physica
 # public GEMM -> (activation, output) of docs/API.md's tables; bias, residual and alpha are applied
 # when the call passes them
 GEMM_RESULTS = {
-    **dict.fromkeys(("dense_gemm", "batch_gemm", "group_contiguous_gemm", "group_masked_gemm"), ("none", "bf16")),
-    **dict.fromkeys(
-        (
-            "nvfp4_gemm_bf16",
-            "nvfp4_gemm_variant_bf16",
-            "fp4_w4a16_linear_bf16",
-            "nvfp4_gemm_streamk_bf16",
-            "nvfp4_gemm_streamk_bias_bf16",
-            "nvfp4_gemm_bias_bf16",
-            "nvfp4_gemm_residual_bf16",
-            "nvfp4_gemm_bias_residual_bf16",
-            "fp4_w4a4_gemv_warpsplit_interleaved_bf16",
-            "fp4_w4a4_gemm_warpsplit_mrows_bf16",
-            "nvfp4_gemm_m256_bf16",
-        ),
-        ("none", "bf16"),
-    ),
+    "dense_gemm": ("none", "bf16"),
+    "batch_gemm": ("none", "bf16"),
+    "group_contiguous_gemm": ("none", "bf16"),
+    "group_masked_gemm": ("none", "bf16"),
+    "nvfp4_gemm_bf16": ("none", "bf16"),
     "nvfp4_gemm_fp16": ("none", "fp16"),
+    "nvfp4_gemm_variant_bf16": ("none", "bf16"),
+    "fp4_w4a16_linear_bf16": ("none", "bf16"),
+    "nvfp4_gemm_streamk_bf16": ("none", "bf16"),
+    "nvfp4_gemm_streamk_bias_bf16": ("none", "bf16"),
+    "nvfp4_gemm_bias_bf16": ("none", "bf16"),
+    "nvfp4_gemm_residual_bf16": ("none", "bf16"),
+    "nvfp4_gemm_bias_residual_bf16": ("none", "bf16"),
     "nvfp4_gemm_bias_residual_fp16": ("none", "fp16"),
-    "e0m3_weight_gemm_fp16": ("none", "fp16"),
     "nvfp4_gemm_bias_gelu_bf16": ("gelu", "bf16"),
     "nvfp4_gemm_nvfp4": ("none", "nvfp4"),
     "nvfp4_gemm_relu2_nvfp4": ("relu2", "nvfp4"),
@@ -111,6 +105,10 @@ GEMM_RESULTS = {
     "nvfp4_gemm_bias_gelu_nvfp4_fp16": ("gelu", "nvfp4_from_fp16"),
     "nvfp4_gemm_geglu_nvfp4_fp16": ("geglu", "nvfp4_from_fp16"),
     "cutlass_fp4_gemm_geglu_il_hw_v10": ("geglu", "nvfp4_from_fp16"),
+    "e0m3_weight_gemm_fp16": ("none", "fp16"),
+    "fp4_w4a4_gemv_warpsplit_interleaved_bf16": ("none", "bf16"),
+    "fp4_w4a4_gemm_warpsplit_mrows_bf16": ("none", "bf16"),
+    "nvfp4_gemm_m256_bf16": ("none", "bf16"),
 }
 HALOPS_FORMATS = {"w8a8-mxfp8": "mxfp8", "w4a4-mxfp4": "mxfp4", "w4a4-nvfp4": "nvfp4"}
 # the largest slope of the erf GELU: an error of its input carries over at most that much

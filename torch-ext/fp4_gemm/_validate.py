@@ -410,8 +410,8 @@ def nvfp4_gemm(
     out_scales: object,
 ) -> tuple[int, int, int]:
     """Operands, epilogue tensors and caller outputs of every flashrt-style GEMM; returns (M, N_out, K)."""
-    key = verdict_key("nvfp4_gemm", a, b, sfa, sfb, bias, residual, activation, out_format, out, out_scales)
-    shapes = checked(key, _nvfp4_gemm, a, b, sfa, sfb, bias, residual, activation, out_format, out, out_scales)
+    parts = (a, b, sfa, sfb, bias, residual, activation, out_format, out, out_scales)
+    shapes = checked(verdict_key("nvfp4_gemm", *parts), _nvfp4_gemm, parts)
     number("alpha", alpha)
     if out_format.startswith("nvfp4"):
         outputs = (("out_packed", out), ("out_sfa", out_scales))
@@ -422,18 +422,9 @@ def nvfp4_gemm(
     return shapes
 
 
-def _nvfp4_gemm(
-    a: object,
-    b: object,
-    sfa: object,
-    sfb: object,
-    bias: object,
-    residual: object,
-    activation: str,
-    out_format: str,
-    out: object,
-    out_scales: object,
-) -> tuple[int, int, int]:
+def _nvfp4_gemm(parts: tuple) -> tuple[int, int, int]:
+    """The metadata rules of the flashrt-style GEMMs (nvfp4_gemm's arguments but alpha)."""
+    a, b, sfa, sfb, bias, residual, activation, out_format, out, out_scales = parts
     m, n, k = packed_shape(a, b)
     if b.shape[1] * 2 != k:
         fail(f"a_packed and b_packed must have the same K: a gives {k}, b gives {b.shape[1] * 2}")
@@ -588,7 +579,7 @@ def halops_gemm(
 ) -> None:
     """dense_gemm, batch_gemm, group_contiguous_gemm and group_masked_gemm."""
     parts = (grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm, group_index, max_m, use_pdl)
-    groups = checked(verdict_key("halops_gemm", *parts), _halops_gemm, *parts)
+    groups = checked(verdict_key("halops_gemm", *parts), _halops_gemm, parts)
     if grouping == "contiguous":
         expert_ids(group_index, groups)
     if grouping == "masked":
@@ -598,22 +589,10 @@ def halops_gemm(
     disjoint((("output", output),), inputs + index)
 
 
-def _halops_gemm(
-    grouping: str,
-    mode: str,
-    input: object,
-    weight: object,
-    sfa: object,
-    sfb: object,
-    output: object,
-    bias: object,
-    alpha: object,
-    sm: object,
-    group_index: object,
-    max_m: object,
-    use_pdl: object,
-) -> int:
-    """The metadata rules of the halops GEMMs; returns the number of weight matrices."""
+def _halops_gemm(parts: tuple) -> int:
+    """The metadata rules of the halops GEMMs (halops_gemm's arguments); returns the number of weight
+    matrices."""
+    grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm, group_index, max_m, use_pdl = parts
     sm_count(sm)
     boolean("use_pdl", use_pdl)
     if grouping == "batched":
