@@ -9,8 +9,8 @@ Conventions shared by every function here (docs/API.md has the full table):
 - NVFP4 outputs are (packed [M, N_out/2], scales of sfa_size_bytes(M, N_out)); `_fp16` in a name
   means the result is rounded to fp16 before it is re-quantized.
 - `variant` (flashrt's ids 7 and 10 included, as hints), `warps` and `stages` pick how a kernel
-  runs; `skinny`, `scratch` and `workspace` are the seed API's, checked and unused. None of them
-  changes the result.
+  runs; `skinny`, `scratch` and `workspace` are the seed API's and unused (`workspace` is checked).
+  None of them changes the result.
 - Each function validates its arguments, allocates what it returns unless given, and runs one
   registered op: the GEMMs one GemmCall (_gemm.py).
 """
