@@ -71,7 +71,7 @@ def verdict_key(*parts: object) -> tuple | None:
         kind = type(part)
         if kind is torch.Tensor or kind is torch.nn.Parameter:
             key.append((part.dtype, part.shape, part.device, part.is_contiguous()))
-        elif part is None or kind is str:
+        elif part is None or kind is str or kind is torch.dtype:
             key.append(part)
         elif isinstance(part, torch.Tensor):
             return None
@@ -303,7 +303,8 @@ def _group_wise_quant(input: torch.Tensor, mode: str, use_swizzle: object, use_p
 def fp4_quantizer(x: object, dtype: torch.dtype, packed: object, sfa: object) -> None:
     """A flashrt-style quantizer: x [rows, K]; caller buffers both or neither (packed [rows, K/2], flat scales)."""
     checked(verdict_key("fp4_quantizer", x, dtype, packed, sfa), _fp4_quantizer, x, dtype, packed, sfa)
-    disjoint((("packed", packed), ("sfa", sfa)), (("x", x),))
+    if packed is not None:
+        disjoint((("packed", packed), ("sfa", sfa)), (("x", x),))
 
 
 def _fp4_quantizer(x: object, dtype: torch.dtype, packed: object, sfa: object) -> None:
@@ -357,7 +358,8 @@ def _pack_weight(weight: object, bias: object, align: object, mse: object) -> No
 
 def dequantizer(packed: object, sfa: object, out: object) -> None:
     checked(verdict_key("dequantizer", packed, sfa, out), _dequantizer, packed, sfa, out)
-    disjoint((("out", out),), (("packed", packed), ("sfa", sfa)))
+    if out is not None:
+        disjoint((("out", out),), (("packed", packed), ("sfa", sfa)))
 
 
 def _dequantizer(packed: object, sfa: object, out: object) -> None:
