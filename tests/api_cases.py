@@ -147,6 +147,7 @@ CASES: dict[str, Callable[[int], tuple[list, dict]]] = {
     "e0m3_weight_gemm_fp16": lambda seed: _e0m3(seed),
     "nvfp4_gemm_relu2_nvfp4": lambda seed: (_gemm_operands(seed), {}),
     "sfa_size_bytes": lambda seed: ([300, 5120], {}),
+    "aligned_fp4_dim": lambda seed: ([4304], {"alignment": 32}),
     "nvfp4_gemm_m256_workspace_size": lambda seed: (_gemm_operands(seed, m=512), {}),
 }
 

@@ -40,15 +40,43 @@ FLASHRT = [
     "fp4_w4a4_gemv_warpsplit_interleaved_bf16", "fp4_w4a4_gemm_warpsplit_mrows_bf16",
     "nvfp4_gemm_m256_workspace_size", "nvfp4_gemm_m256_bf16", "e0m3_weight_gemm_fp16", "nvfp4_gemm_relu2_nvfp4",
 ]  # fmt: skip
+# what the flashrt package added since its seed card (shared/spec/flashrt-head.md) and this package has
+FLASHRT_HEAD = ["aligned_fp4_dim"]
+FLASHRT_CONSTANTS = [
+    "NVFP4_BLOCK_SIZE",
+    "NVFP4_SCALE_TILE_ROWS",
+    "NVFP4_SCALE_TILE_BLOCKS",
+    "SUPPORTED_LAYOUTS",
+    "SUPPORTED_CUDA_CAPABILITIES",
+]
 CALLABLE = sorted(CASES)
-TRACEABLE = [name for name in CALLABLE if name not in ("sfa_size_bytes", "nvfp4_gemm_m256_workspace_size")]
+HOST_ONLY = ("sfa_size_bytes", "nvfp4_gemm_m256_workspace_size", "aligned_fp4_dim")
+TRACEABLE = [name for name in CALLABLE if name not in HOST_ONLY]
 
 
 @pytest.mark.kernels_ci
-def test_public_api_is_the_forty_functions_of_both_specs(fp4):
+def test_public_api_is_the_forty_functions_of_both_specs_and_flashrts_additions(fp4):
     assert len(HALOPS) + len(FLASHRT) == 40
-    assert sorted(fp4.__all__) == sorted(HALOPS + FLASHRT)
-    assert set(CASES) == set(fp4.__all__) - {"capabilities"}
+    assert sorted(fp4.__all__) == sorted(HALOPS + FLASHRT + FLASHRT_HEAD + FLASHRT_CONSTANTS)
+    assert set(CASES) == set(fp4.__all__) - {"capabilities", *FLASHRT_CONSTANTS}
+
+
+@pytest.mark.kernels_ci
+def test_flashrt_constants_are_this_packages_values(fp4):
+    caps = fp4.capabilities()
+    assert fp4.NVFP4_BLOCK_SIZE == caps["block_size"] == 16
+    layout = caps["swizzled_scale_layout"]
+    assert (fp4.NVFP4_SCALE_TILE_ROWS, fp4.NVFP4_SCALE_TILE_BLOCKS) == (layout["tile_rows"], layout["tile_blocks"])
+    assert fp4.SUPPORTED_LAYOUTS == caps["layouts"]
+    assert fp4.SUPPORTED_CUDA_CAPABILITIES == caps["cuda_capabilities"]
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("dim, alignment, physical", [(4304, 32, 4320), (4320, 32, 4320), (1, 16, 16), (100, 48, 144)])
+def test_aligned_fp4_dim_rounds_up_to_the_alignment(fp4, dim, alignment, physical):
+    assert fp4.aligned_fp4_dim(dim, alignment) == physical
+    x = torch.zeros(2, dim, dtype=torch.bfloat16)
+    assert fp4.quantize_fp4_sfa_padded_bf16(x, alignment=alignment)[0].shape[1] * 2 == physical
 
 
 # ---- every GEMM on the CPU is its documented formula ------------------------------------------
@@ -56,26 +84,20 @@ def test_public_api_is_the_forty_functions_of_both_specs(fp4):
 # public GEMM -> (activation, output) of docs/API.md's tables; bias, residual and alpha are applied
 # when the call passes them
 GEMM_RESULTS = {
-    **dict.fromkeys(("dense_gemm", "batch_gemm", "group_contiguous_gemm", "group_masked_gemm"), ("none", "bf16")),
-    **dict.fromkeys(
-        (
-            "nvfp4_gemm_bf16",
-            "nvfp4_gemm_variant_bf16",
-            "fp4_w4a16_linear_bf16",
-            "nvfp4_gemm_streamk_bf16",
-            "nvfp4_gemm_streamk_bias_bf16",
-            "nvfp4_gemm_bias_bf16",
-            "nvfp4_gemm_residual_bf16",
-            "nvfp4_gemm_bias_residual_bf16",
-            "fp4_w4a4_gemv_warpsplit_interleaved_bf16",
-            "fp4_w4a4_gemm_warpsplit_mrows_bf16",
-            "nvfp4_gemm_m256_bf16",
-        ),
-        ("none", "bf16"),
-    ),
+    "dense_gemm": ("none", "bf16"),
+    "batch_gemm": ("none", "bf16"),
+    "group_contiguous_gemm": ("none", "bf16"),
+    "group_masked_gemm": ("none", "bf16"),
+    "nvfp4_gemm_bf16": ("none", "bf16"),
     "nvfp4_gemm_fp16": ("none", "fp16"),
+    "nvfp4_gemm_variant_bf16": ("none", "bf16"),
+    "fp4_w4a16_linear_bf16": ("none", "bf16"),
+    "nvfp4_gemm_streamk_bf16": ("none", "bf16"),
+    "nvfp4_gemm_streamk_bias_bf16": ("none", "bf16"),
+    "nvfp4_gemm_bias_bf16": ("none", "bf16"),
+    "nvfp4_gemm_residual_bf16": ("none", "bf16"),
+    "nvfp4_gemm_bias_residual_bf16": ("none", "bf16"),
     "nvfp4_gemm_bias_residual_fp16": ("none", "fp16"),
-    "e0m3_weight_gemm_fp16": ("none", "fp16"),
     "nvfp4_gemm_bias_gelu_bf16": ("gelu", "bf16"),
     "nvfp4_gemm_nvfp4": ("none", "nvfp4"),
     "nvfp4_gemm_relu2_nvfp4": ("relu2", "nvfp4"),
@@ -83,6 +105,10 @@ GEMM_RESULTS = {
     "nvfp4_gemm_bias_gelu_nvfp4_fp16": ("gelu", "nvfp4_from_fp16"),
     "nvfp4_gemm_geglu_nvfp4_fp16": ("geglu", "nvfp4_from_fp16"),
     "cutlass_fp4_gemm_geglu_il_hw_v10": ("geglu", "nvfp4_from_fp16"),
+    "e0m3_weight_gemm_fp16": ("none", "fp16"),
+    "fp4_w4a4_gemv_warpsplit_interleaved_bf16": ("none", "bf16"),
+    "fp4_w4a4_gemm_warpsplit_mrows_bf16": ("none", "bf16"),
+    "nvfp4_gemm_m256_bf16": ("none", "bf16"),
 }
 HALOPS_FORMATS = {"w8a8-mxfp8": "mxfp8", "w4a4-mxfp4": "mxfp4", "w4a4-nvfp4": "nvfp4"}
 # the largest slope of the erf GELU: an error of its input carries over at most that much

@@ -43,7 +43,7 @@ NATIVE = (
     "fp4_w4a4_gemv_warpsplit_interleaved_bf16",
     "fp4_w4a4_gemm_warpsplit_mrows_bf16",
 )
-HOST_ONLY = ("sfa_size_bytes", "capabilities", "nvfp4_gemm_m256_workspace_size")
+HOST_ONLY = ("sfa_size_bytes", "capabilities", "nvfp4_gemm_m256_workspace_size", "aligned_fp4_dim")
 # every other GEMM: its status depends on the arch's backends (csrc/gemm/dispatch)
 GEMMS = tuple(sorted(set(CASES) - set(NATIVE) - set(HOST_ONLY)))
 WITH_OPS = NATIVE + GEMMS
@@ -110,14 +110,19 @@ def evaluate(formula: str, **names: object) -> object:
 # ---- functions: structure ---------------------------------------------------------------------
 
 
+def public_functions(fp4) -> set[str]:
+    """__all__ but the flashrt constants (NVFP4_BLOCK_SIZE, ...)."""
+    return {name for name in fp4.__all__ if not name.isupper()}
+
+
 def test_capabilities_functions_cover_the_public_api(fp4):
-    assert set(fp4.capabilities()["functions"]) == set(fp4.__all__)
+    assert set(fp4.capabilities()["functions"]) == public_functions(fp4)
 
 
 def test_capabilities_function_groups_partition_the_public_api(fp4):
     groups = [set(NATIVE), set(HOST_ONLY), set(GEMMS)]
-    assert set().union(*groups) == set(fp4.__all__)
-    assert sum(len(g) for g in groups) == len(fp4.__all__)
+    assert set().union(*groups) == public_functions(fp4)
+    assert sum(len(g) for g in groups) == len(public_functions(fp4))
 
 
 @pytest.mark.parametrize("name", sorted(NATIVE + HOST_ONLY + GEMMS))
@@ -249,7 +254,7 @@ def test_sfa_size_bytes_hand_computed(fp4, rows, dim, size):
 
 
 def test_capabilities_scale_layout_tiles_are_128_rows_by_4_blocks(fp4):
-    layout = fp4.capabilities()["scale_layout"]
+    layout = fp4.capabilities()["swizzled_scale_layout"]
     assert (layout["tile_rows"], layout["tile_blocks"], layout["tile_bytes"]) == (128, 4, 512)
     assert layout["tile_bytes"] == layout["tile_rows"] * layout["tile_blocks"]  # one byte per scale
 
@@ -258,7 +263,7 @@ def test_capabilities_scale_layout_tiles_are_128_rows_by_4_blocks(fp4):
 def test_capabilities_scale_size_formulas_agree_with_sfa_size_bytes(fp4, rows, dim):
     caps = fp4.capabilities()
     expected = fp4.sfa_size_bytes(rows, dim)
-    assert evaluate(caps["scale_layout"]["size_bytes"], rows=rows, nkb=dim // caps["block_size"]) == expected
+    assert evaluate(caps["swizzled_scale_layout"]["size_bytes"], rows=rows, nkb=dim // caps["block_size"]) == expected
     assert evaluate(caps["scale_size"].removesuffix(" bytes"), rows=rows, dim=dim) == expected
 
 
@@ -279,9 +284,9 @@ def test_capabilities_scale_layout_offset_locates_every_scale(fp4, mode):
     _, swizzled = fp4.group_wise_quant(x, mode, use_swizzle=True)
     _, plain = fp4.group_wise_quant(x, mode, use_swizzle=False)
     m, kb = torch.meshgrid(torch.arange(rows), torch.arange(nkb), indexing="ij")
-    offset = evaluate(caps["scale_layout"]["offset"], m=m, kb=kb, nkb=nkb)
+    offset = evaluate(caps["swizzled_scale_layout"]["offset"], m=m, kb=kb, nkb=nkb)
     assert offset.unique().numel() == rows * nkb
-    assert evaluate(caps["scale_layout"]["size_bytes"], rows=rows, nkb=nkb) == swizzled.numel()
+    assert evaluate(caps["swizzled_scale_layout"]["size_bytes"], rows=rows, nkb=nkb) == swizzled.numel()
     assert int(offset.max()) < swizzled.numel()
     assert torch.equal(swizzled.flatten()[offset], plain), mode
 
@@ -449,3 +454,54 @@ def test_capabilities_staged_gemms_are_compile_verified_on_blackwell(fp4, name, 
     if arch not in built_archs():
         pytest.skip(f"this build has no {arch} code")
     assert fp4.capabilities()["functions"][name][arch] == "native (compile-verified)", name
+
+
+# ---- flashrt compatibility (shared/spec/flashrt-head.md) ------------------------------------------
+
+FLASHRT_KEYS = (
+    "quantization", "block_size", "scale_layout", "scale_size", "layouts", "cuda_capabilities",
+    "public_m_alignment", "raw_sm120_tile_m", "sm120_m256_min_m", "sm120_m256_qualified_nk",
+    "sm120_m256_diagnostic_nk", "sm120_interleaved_gemv_m", "sm120_interleaved_weight_layout",
+    "sm120_warpsplit_mrows", "sm120_warpsplit_mrows_n_alignment", "sm120_warpsplit_mrows_k_alignment",
+    "sm120_w4a16_marlin_m", "sm120_w4a16_marlin_n_alignment", "sm120_w4a16_marlin_k_alignment",
+    "sm120_w4a16_marlin_weight_layout", "sm120_w4a16_marlin_scale_layout", "errors",
+)  # fmt: skip
+
+
+def test_capabilities_carry_every_flashrt_key(fp4):
+    assert set(FLASHRT_KEYS) <= set(fp4.capabilities())
+
+
+def test_flashrt_keys_state_this_packages_tiers(fp4):
+    caps = fp4.capabilities()
+    tiers = caps["tiers"]
+    assert caps["errors"] == "exceptions"  # ValueError / RuntimeError: caps["error_types"]
+    assert caps["public_m_alignment"] == caps["alignment"]["public_m"] == 1
+    assert caps["sm120_m256_min_m"] == tiers["m256"]["m_min"]
+    assert caps["sm120_interleaved_gemv_m"] == tiers["gemv_interleaved"]["m"][0]
+    assert caps["sm120_interleaved_weight_layout"] in caps["layouts"]
+    assert caps["sm120_warpsplit_mrows"] == tiers["mrows"]["m"]
+    assert caps["sm120_warpsplit_mrows_n_alignment"] == tiers["mrows"]["n_multiple"]
+    assert caps["sm120_warpsplit_mrows_k_alignment"] == tiers["mrows"]["k_multiple"]
+    assert caps["raw_sm120_tile_m"] == 128
+
+
+def test_flashrt_keys_claim_nothing_unmeasured(fp4):
+    """No sm_120 GPU has run this package's kernels, and it has no W4A16 (Marlin) tier."""
+    caps = fp4.capabilities()
+    assert caps["sm120_m256_qualified_nk"] == caps["sm120_m256_diagnostic_nk"] == ()
+    assert all(caps[key] is None for key in FLASHRT_KEYS if key.startswith("sm120_w4a16_marlin"))
+
+
+@pytest.mark.parametrize("variant", [7, 10])
+@pytest.mark.parametrize(
+    "name", ["nvfp4_gemm_bf16", "nvfp4_gemm_fp16", "nvfp4_gemm_variant_bf16", "fp4_w4a16_linear_bf16"]
+)
+def test_flashrt_schedule_ids_are_hints_that_run_the_automatic_choice(fp4, name, variant):
+    args, _ = make_call(name, "cpu")
+    with OpRecorder(fp4.ops.name) as recorder:
+        got = getattr(fp4, name)(*args, variant=variant)
+    (call,) = [fp4._gemm.GemmCall(*a) for n, a in zip(recorder.called, recorder.arguments, strict=True) if n == "gemm"]
+    assert call.variant == fp4.capabilities()["variant_hints"][variant] == -1
+    auto = fp4.nvfp4_gemm_fp16 if name == "nvfp4_gemm_fp16" else fp4.nvfp4_gemm_bf16
+    assert torch.equal(got, auto(*args, variant=-1)), f"{name} variant={variant}"

@@ -122,3 +122,16 @@ def test_a_call_without_rows_or_weight_rows_launches_nothing(fp4):
         no_rows.run()
         no_weight_rows.run()
     assert recorder.called == []
+
+
+def test_bf16_activations_run_on_the_gpu_as_on_the_cpu(fp4, ref, device):
+    """sfa absent through the binding: a kernel where one serves the call, else the reference there."""
+    m, n, k = 3, 16, 64
+    a = torch.randn(m, k, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    b, sfb = nvfp4_operand(n, k, seed=1)
+    outs = []
+    for where in ("cpu", device):
+        out = torch.full((m, n), 7.0, dtype=torch.bfloat16, device=where)
+        fp4._gemm.GemmCall(a.to(where), b.to(where), None, sfb.to(where), "bf16", "nvfp4", out=out).run()
+        outs.append(out.cpu().double())
+    assert torch.allclose(outs[1], outs[0], rtol=2**-7, atol=1e-6), "bf16 x NVFP4 on the GPU"

@@ -8,14 +8,36 @@ import subprocess
 import sys
 
 import pytest
-from conftest import KERNEL_PATH, REPO_ID, variant_metadata
+from conftest import KERNEL_PATH, REPO_ID, variant_dir, variant_metadata
 
 pytestmark = pytest.mark.kernels_ci
 
 
 def test_get_local_kernel_loads_the_variant(fp4):
-    assert fp4.__all__ and all(callable(getattr(fp4, name)) for name in fp4.__all__)
+    functions = [name for name in fp4.__all__ if not name.isupper()]  # the rest: flashrt's constants
+    assert functions and all(callable(getattr(fp4, name)) for name in functions)
     assert "group_wise_quant" in fp4.__all__
+
+
+def test_compat_entry_exposes_what_the_package_does():
+    """`<variant>/fp4_gemm/`, imported as a plain package (flashrt's test suite does), has the public
+    functions, the constants, `ops` and the submodules, and runs."""
+    code = (
+        "import sys, torch\n"
+        f"sys.path.insert(0, {str(variant_dir())!r})\n"
+        "import fp4_gemm\n"
+        "variant = sys.modules['fp4_gemm._variant']\n"
+        "public = {n for n in vars(variant) if not n.startswith('__')}\n"
+        "missing = sorted(public - set(vars(fp4_gemm)))\n"
+        "assert not missing, missing\n"
+        "assert fp4_gemm.ops is variant.ops and fp4_gemm.ops.name.startswith('_fp4_gemm_')\n"
+        "assert fp4_gemm.NVFP4_BLOCK_SIZE == 16 and fp4_gemm.aligned_fp4_dim(4304) == 4320\n"
+        "q, sf = fp4_gemm.quantize_fp4_sfa_bf16(torch.ones(1, 32, dtype=torch.bfloat16))\n"
+        "print(sf[0].item())\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-1] == str(0x23)  # e4m3(1 / 6)
 
 
 def test_get_kernel_with_local_override_gives_the_same_module(fp4, monkeypatch):

@@ -901,9 +901,150 @@ SIZES = [
     case("sfa_size_bytes", "dim-8", arg(1, 8), "dim (8) must be a positive multiple of 16"),
 ]
 
+
+# ---- buffers that share memory, sizes beyond the device, numbers beyond what the kernels take -----
+
+
+def carved(buffer: torch.Tensor, offset: int, like: torch.Tensor) -> torch.Tensor:
+    """A contiguous view of `buffer`'s bytes from `offset` with like's shape and dtype, holding like's values."""
+    view = buffer[offset : offset + like.nbytes].view(like.dtype).view(like.shape)
+    view.copy_(like)
+    return view
+
+
+def sharing(first: int | str, second: int | str, offset: int) -> Mutation:
+    """Arguments `first` and `second` (positions or keywords) carved from one buffer, the second
+    `offset` bytes in: they overlap where offset < first's bytes."""
+
+    def mutate(args: list, kwargs: dict) -> None:
+        def get(where: int | str) -> torch.Tensor:
+            return args[where] if isinstance(where, int) else kwargs[where]
+
+        def put(where: int | str, value: torch.Tensor) -> None:
+            if isinstance(where, int):
+                args[where] = value
+            else:
+                kwargs[where] = value
+
+        a, b = get(first), get(second)
+        buffer = torch.zeros(max(a.nbytes, offset + b.nbytes), dtype=torch.uint8)
+        put(first, carved(buffer, 0, a))
+        put(second, carved(buffer, offset, b))
+
+    return mutate
+
+
+def given(key: str, make: Callable[[], torch.Tensor]) -> Mutation:
+    """A keyword buffer the valid call leaves out, made valid here (so that another mutation can use it)."""
+    return kwarg(key, lambda _: make())
+
+
+HUGE = 2**20  # rows of M and N whose bf16 output (2 TiB) exceeds any machine here
+
+
+def huge_operands(args: list, kwargs: dict) -> None:
+    """A [HUGE, 16] and B [HUGE, 16], small themselves (8 MiB with scales) but with a 2 TiB output."""
+    args[:4] = [torch.zeros(HUGE, 8, dtype=U8), torch.zeros(HUGE, 8, dtype=U8)] + [
+        torch.zeros(HUGE // 128 * 512, dtype=U8)
+    ] * 2
+
+
+SHARED = "must not share memory with"
+FLOAT32_RANGE = "alpha must be within the float32 range (|alpha| <= 3.4028235e+38)"
+MEMORY = "bytes, more than the memory of cpu"
+RELIABILITY = [
+    case(
+        "dense_gemm",
+        "bias-inside-output",
+        lambda args, kwargs: kwargs.update(bias=args[4][0]),
+        "output " + SHARED + " bias",
+    ),
+    case("dense_gemm", "sfa-inside-output", sharing(4, 2, 64), "output " + SHARED + " sfa"),
+    case(
+        "nvfp4_gemm_bias_bf16",
+        "out-over-a",
+        both(given("out", lambda: torch.zeros(40, 64, dtype=BF16)), sharing("out", 0, 0)),
+        "out " + SHARED + " a_packed",
+    ),
+    case(
+        "nvfp4_gemm_nvfp4",
+        "out-packed-over-out-sfa",
+        both(
+            given("out_packed", lambda: torch.zeros(40, 32, dtype=U8)),
+            given("out_sfa", lambda: torch.zeros(512, dtype=U8)),
+            sharing("out_packed", "out_sfa", 1024),
+        ),
+        "out_packed " + SHARED + " out_sfa",
+    ),
+    case(
+        "nvfp4_gemm_residual_bf16",
+        "out-one-row-into-residual",
+        both(given("out", lambda: torch.zeros(40, 64, dtype=BF16)), sharing(4, "out", 128)),
+        "out " + SHARED + " residual (outputs overlap no input and no other output; out may be residual itself)",
+    ),
+    case(
+        "quantize_fp4_sfa_bf16",
+        "packed-over-sfa",
+        both(buffers(PACKED, SFA), sharing("packed", "sfa", 2048)),
+        "packed " + SHARED + " sfa",
+    ),
+    case(
+        "quantize_fp4_sfa_bf16",
+        "packed-inside-x",
+        both(buffers(PACKED, SFA), sharing(0, "packed", 128)),
+        "packed " + SHARED + " x",
+    ),
+    case(
+        "dequantize_fp4_sfa_fp16",
+        "out-over-packed",
+        both(given("out", lambda: torch.zeros(40, 128, dtype=FP16)), sharing("out", 0, 0)),
+        "out " + SHARED + " packed",
+    ),
+    case(
+        "nvfp4_gemm_m256_bf16",
+        "workspace-inside-out",
+        both(given("out", lambda: torch.zeros(512, 64, dtype=BF16)), sharing("out", "workspace", 0)),
+        "workspace " + SHARED + " out",
+    ),
+    case(
+        "nvfp4_gemm_bf16",
+        "alpha-int-beyond-float",
+        kwarg("alpha", 10**400),
+        FLOAT32_RANGE + ", got an int of 1329 bits",
+    ),
+    case("nvfp4_gemm_bf16", "alpha-beyond-float32", kwarg("alpha", 1e39), FLOAT32_RANGE + ", got 1e+39"),
+    case(
+        "dense_gemm", "sm-count-2-pow-63", kwarg("sm_count", 2**63), SM_COUNT + " below 2**31, got 9223372036854775808"
+    ),
+    case("dense_gemm", "sm-count-2-pow-31", kwarg("sm_count", 2**31), SM_COUNT + " below 2**31"),
+    case("dense_gemm", "use-pdl-str", kwarg("use_pdl", "yes"), "use_pdl must be a bool, got str"),
+    case(
+        "quantize_fp4_sfa_padded_bf16",
+        "alignment-beyond-memory",
+        kwarg("alignment", 2**44),
+        "the padded values and scales would need",
+    ),
+    case("pack_nvfp4_weight_bf16", "alignment-beyond-memory", kwarg("alignment", 2**44), MEMORY),
+    case(
+        "prefill_permute_to_masked_gemm",
+        "max-token-num-beyond-memory",
+        arg(4, 2**40),
+        "the permuted rows (num_local_experts * max_token_num = 3298534883328) would need",
+    ),
+    case("nvfp4_gemm_bf16", "output-beyond-memory", huge_operands, "the output would need 2199023255552 " + MEMORY),
+]
+
+# aligned_fp4_dim(4304, alignment=32)
+ALIGNED = [
+    case("aligned_fp4_dim", "dim-0", arg(0, 0), "dim must be an integer >= 1, got 0"),
+    case("aligned_fp4_dim", "dim-float", arg(0, 4304.0), "dim must be an integer >= 1, got 4304.0"),
+    case("aligned_fp4_dim", "alignment-24", kwarg("alignment", 24), ALIGNMENT),
+    case("aligned_fp4_dim", "alignment-0", kwarg("alignment", 0), ALIGNMENT),
+]
+
 RULES = [
     *GROUP_WISE_QUANT, *DENSE, *BATCH, *CONTIGUOUS, *MASKED, *SWIGLU, *PERMUTE,
-    *QUANTIZERS, *PADDING, *DEQUANTIZE, *GEMMS, *TIERS, *SIZES,
+    *QUANTIZERS, *PADDING, *DEQUANTIZE, *GEMMS, *TIERS, *SIZES, *RELIABILITY, *ALIGNED,
 ]  # fmt: skip
 
 
@@ -915,6 +1056,10 @@ def broken_call(name: str, mutation: Mutation) -> tuple[list, dict]:
 
 @pytest.mark.parametrize("name,mutation,rule", RULES)
 def test_broken_call_raises_value_error_naming_the_rule_before_any_op(fp4, name, mutation, rule):
+    """The valid call runs first, so that its verdict is remembered (_validate.checked): a broken call
+    is checked in full whatever calls came before."""
+    valid_args, valid_kwargs = make_call(name, "cpu")
+    getattr(fp4, name)(*valid_args, **valid_kwargs)
     args, kwargs = broken_call(name, mutation)
     with OpRecorder(fp4.ops.name) as recorder, pytest.raises(ValueError, match=re.escape(rule)):
         getattr(fp4, name)(*args, **kwargs)
@@ -923,7 +1068,7 @@ def test_broken_call_raises_value_error_naming_the_rule_before_any_op(fp4, name,
 
 def test_every_function_that_takes_arguments_has_rule_cases(fp4):
     covered = {param.values[0] for param in RULES}
-    assert covered == set(fp4.__all__) - {"capabilities"}
+    assert covered == {name for name in fp4.__all__ if not name.isupper()} - {"capabilities"}
 
 
 @pytest.mark.parametrize(
@@ -1110,3 +1255,81 @@ def test_regression_broken_call_raises_value_error(fp4, name, mutation, rule):
     args, kwargs = broken_call(name, mutation)
     with pytest.raises(ValueError, match=re.escape(rule)):
         getattr(fp4, name)(*args, **kwargs)
+
+
+# ---- empty problems and in-place calls: accepted, and what they compute --------------------------
+
+
+def test_batch_gemm_without_batch_items_launches_nothing(fp4):
+    args, kwargs = make_call("batch_gemm", "cpu")  # mxfp4: input [3, 40, 64], weight [3, 64, 64]
+    args[:5] = [t[:0] for t in args[:2]] + [torch.zeros(0, dtype=U8)] * 2 + [args[4][:0]]
+    with OpRecorder(fp4.ops.name) as recorder:
+        fp4.batch_gemm(*args, **kwargs)
+    assert recorder.called == []
+
+
+@pytest.mark.parametrize("name", ["group_contiguous_gemm", "group_masked_gemm"])
+def test_grouped_gemms_without_experts_write_nothing(fp4, name):
+    args, kwargs = make_call(name, "cpu")
+    args[1], args[3] = args[1][:0], torch.zeros(0, dtype=U8)  # weight [0, N, K], its scales
+    kwargs |= {key: kwargs[key][:0] for key in ("alpha", "bias") if key in kwargs}  # one per expert: none
+    if name == "group_contiguous_gemm":
+        args[4] = torch.full_like(args[4], -1)  # no expert: every row is padding
+    else:
+        args[0], args[2], args[4], args[5] = args[0][:0], torch.zeros(0, dtype=U8), args[4][:0], args[5][:0]
+    output = args[-1]
+    before = output.clone()
+    with OpRecorder(fp4.ops.name) as recorder:
+        getattr(fp4, name)(*args, **kwargs)
+    assert recorder.called == [] and torch.equal(output, before), name
+
+
+@pytest.mark.parametrize("where", ["cpu", "cuda"])
+def test_prefill_permute_with_topk_0_routes_nothing(fp4, where):
+    if where == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (run on the device machine)")
+    args, _ = make_call("prefill_permute_to_masked_gemm", where)
+    args[2] = args[2][:, :0].contiguous()  # topk_ids [50, 0]
+    permute_x, scales, index_map, counts = fp4.prefill_permute_to_masked_gemm(*args)
+    assert tuple(index_map.shape) == (50, 0)
+    assert not permute_x.view(U8).any() and not scales.any() and not counts.any(), where
+
+
+@pytest.mark.parametrize("where", ["cpu", "cuda"])
+def test_gemm_out_may_be_its_own_residual(fp4, ref, where):
+    """out = residual: each element's residual is read before its output is written (in-place add)."""
+    if where == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (run on the device machine)")
+    args, kwargs = make_call("nvfp4_gemm_residual_bf16", where)  # residual is args[4]
+    separate = fp4.nvfp4_gemm_residual_bf16(*args, **kwargs)
+    residual = args[4].clone()
+    args[4] = residual
+    assert fp4.nvfp4_gemm_residual_bf16(*args, out=residual, **kwargs) is residual
+    assert torch.equal(residual, separate), where
+
+
+def test_alpha_inf_and_nan_are_numbers_the_kernels_take(fp4):
+    args, _ = make_call("nvfp4_gemm_bf16", "cpu")
+    assert fp4.nvfp4_gemm_bf16(*args, alpha=float("nan")).isnan().all()
+    assert fp4.nvfp4_gemm_bf16(*args, alpha=float("inf")).isinf().any()
+
+
+# ---- remembered verdicts (_validate.checked): what they key on ----------------------------------
+
+
+def test_a_verdict_is_keyed_on_contiguity_and_value_types(fp4):
+    args, kwargs = make_call("dense_gemm", "cpu")
+    fp4.dense_gemm(*args, **kwargs, sm_count=1)
+    with pytest.raises(ValueError, match=re.escape(SM_COUNT)):
+        fp4.dense_gemm(*args, **kwargs, sm_count=True)  # True == 1, but not an int
+    broken = list(args)
+    broken[0] = strided(args[0])  # the same shape and dtype, not contiguous
+    with pytest.raises(ValueError, match="input must be contiguous"):
+        fp4.dense_gemm(*broken, **kwargs)
+
+
+def test_verdicts_are_forgotten_beyond_their_bound(fp4):
+    validate = fp4._validate
+    for k in range(validate.MAX_VERDICTS + 10):
+        validate.checked(("bound test", k), lambda: None)
+    assert len(validate._VERDICTS) <= validate.MAX_VERDICTS

@@ -62,12 +62,6 @@ Enum parse_name(std::string_view name, const std::string_view (&names)[N], const
   TORCH_CHECK(false, "fp4_gemm.gemm: unknown ", what, " '", name, "'");
 }
 
-// Names in the enums' order (csrc/gemm/problem.h), as the Python layer spells them.
-constexpr std::string_view kOperandFormats[] = {"mxfp8", "mxfp4", "nvfp4", "e0m3", "bf16"};
-constexpr std::string_view kGroupings[] = {"dense", "batched", "contiguous", "masked"};
-constexpr std::string_view kActivations[] = {"none", "gelu", "relu2", "geglu"};
-constexpr std::string_view kOutFormats[] = {"bf16", "fp16", "nvfp4", "nvfp4_from_fp16"};
-constexpr std::string_view kSchedules[] = {"auto", "streamk", "m256"};
 
 // Compute capability of a device, read once per device.
 int device_cc(c10::DeviceIndex index) {
@@ -174,8 +168,9 @@ void permute_to_masked_cuda(const at::Tensor& x, const at::Tensor& scale, const 
                   scale.size(0) == tokens && scale.size(1) * (broadcast ? 512 : 32) == hidden,
               "fp4_gemm.permute_to_masked: scale must be contiguous int32 [tokens, hidden / 512] or uint8 "
               "[tokens, hidden / 32]");
+  // topk may be 0 (no slot routed: every row is zeroed, every count is 0), as on the CPU.
   TORCH_CHECK(topk_ids.dim() == 2 && topk_ids.is_contiguous() && topk_ids.scalar_type() == at::kLong &&
-                  topk_ids.size(0) == tokens && topk_ids.size(1) >= 1 && topk_ids.numel() <= INT32_MAX,
+                  topk_ids.size(0) == tokens && topk_ids.numel() <= INT32_MAX,
               "fp4_gemm.permute_to_masked: topk_ids must be contiguous int64 [tokens, topk], below 2^31 slots");
   TORCH_CHECK(num_experts >= 1 && num_experts <= fp4_gemm::kPermuteMaxExperts && max_token_num >= 1,
               "fp4_gemm.permute_to_masked: num_experts must be in [1, ", fp4_gemm::kPermuteMaxExperts,
@@ -288,13 +283,13 @@ fp4_gemm::GemmProblem gemm_kind(std::string_view a_format, std::string_view b_fo
                                 std::string_view schedule) {
   using namespace fp4_gemm;
   GemmProblem problem;
-  problem.a.format = parse_name<OperandFormat>(a_format, kOperandFormats, "operand format");
-  problem.b.format = parse_name<OperandFormat>(b_format, kOperandFormats, "operand format");
+  problem.a.format = parse_name<OperandFormat>(a_format, kOperandFormatNames, "operand format");
+  problem.b.format = parse_name<OperandFormat>(b_format, kOperandFormatNames, "operand format");
   problem.b_interleaved = b_interleaved;
-  problem.grouping = parse_name<Grouping>(grouping, kGroupings, "grouping");
-  problem.epilogue.activation = parse_name<Activation>(activation, kActivations, "activation");
-  problem.epilogue.out_format = parse_name<OutFormat>(out_format, kOutFormats, "output format");
-  problem.schedule = parse_name<Schedule>(schedule, kSchedules, "schedule");
+  problem.grouping = parse_name<Grouping>(grouping, kGroupingNames, "grouping");
+  problem.epilogue.activation = parse_name<Activation>(activation, kActivationNames, "activation");
+  problem.epilogue.out_format = parse_name<OutFormat>(out_format, kOutFormatNames, "output format");
+  problem.schedule = parse_name<Schedule>(schedule, kScheduleNames, "schedule");
   return problem;
 }
 

@@ -4,10 +4,15 @@
 //
 // over exactly dequantized block-scaled operands. The registered `gemm` op fills it from its
 // arguments; dispatch hands it to the one backend that serves it. A new epilogue or grouping is a
-// field here and a case in each backend, never a new kernel family.
+// field here and a case in each backend, never a new kernel family. Each enum is followed by the
+// names the op's string arguments give its values, in its order (torch_binding.cpp parses them;
+// Python's GemmCall spells them): a new pointwise activation is a value and a name here, a case in
+// epilogue.cuh's activate(), a line of reference.ACTIVATIONS, and one more case in
+// tests/test_gemm_activations.py.
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "csrc/common/types.h"
 
@@ -17,6 +22,7 @@ namespace fp4_gemm {
 // E2M1/UE4M3 per 16, E0M3/UE4M3 per 16; or plain bf16 values without scales (Bf16, the activations
 // of the W4A16 tier: A only, its block size is B's).
 enum class OperandFormat : int { Mxfp8 = 0, Mxfp4 = 1, Nvfp4 = 2, E0m3 = 3, Bf16 = 4 };
+inline constexpr std::string_view kOperandFormatNames[] = {"mxfp8", "mxfp4", "nvfp4", "e0m3", "bf16"};
 
 // Which weight matrix each row of A multiplies, and which rows the op owns (writes).
 //   Dense:      one weight.
@@ -25,17 +31,21 @@ enum class OperandFormat : int { Mxfp8 = 0, Mxfp4 = 1, Nvfp4 = 2, E0m3 = 3, Bf16
 //   Masked:     as Batched, but only the first clamp(group_index[g], 0, group_rows) rows of each
 //               group are owned.
 enum class Grouping : int { Dense = 0, Batched = 1, Contiguous = 2, Masked = 3 };
+inline constexpr std::string_view kGroupingNames[] = {"dense", "batched", "contiguous", "masked"};
 
 // Geglu: weight rows 2j (gate) and 2j + 1 (up) give out[:, j] = gelu(y[:, 2j]) * y[:, 2j + 1].
 enum class Activation : int { None = 0, Gelu = 1, Relu2 = 2, Geglu = 3 };
+inline constexpr std::string_view kActivationNames[] = {"none", "gelu", "relu2", "geglu"};
 
 // Nvfp4FromFp16 rounds the epilogue result to fp16 before quantizing it. Fp32 is never a public
 // output: it is the stage the staged backend has another backend write (staged.h).
 enum class OutFormat : int { Bf16 = 0, Fp16 = 1, Nvfp4 = 2, Nvfp4FromFp16 = 3, Fp32 = 4 };
+inline constexpr std::string_view kOutFormatNames[] = {"bf16", "fp16", "nvfp4", "nvfp4_from_fp16"};  // no Fp32
 
 // The public function's schedule request: Auto lets dispatch choose; StreamK (the streamk functions)
 // and M256 (the M >= 512 tier) name a flashrt-style tier. None of them changes the result.
 enum class Schedule : int { Auto = 0, StreamK = 1, M256 = 2 };
+inline constexpr std::string_view kScheduleNames[] = {"auto", "streamk", "m256"};
 
 // Elements per scale block; a Bf16 operand has none (0), so callers take B's.
 inline constexpr int block_size(OperandFormat f) {

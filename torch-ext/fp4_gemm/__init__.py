@@ -12,7 +12,15 @@ The numeric contract is docs/FORMATS.md; reference.py implements it.
 """
 
 from . import _registry, reference  # noqa: F401  (_registry registers the ops' implementations)
-from ._capabilities import capabilities, sfa_size_bytes
+from ._capabilities import (
+    NVFP4_BLOCK_SIZE,
+    NVFP4_SCALE_TILE_BLOCKS,
+    NVFP4_SCALE_TILE_ROWS,
+    SUPPORTED_CUDA_CAPABILITIES,
+    SUPPORTED_LAYOUTS,
+    capabilities,
+    sfa_size_bytes,
+)
 from ._halops import (
     batch_gemm,
     dense_gemm,
@@ -23,6 +31,7 @@ from ._halops import (
     prefill_permute_to_masked_gemm,
 )
 from ._nvfp4 import (
+    aligned_fp4_dim,
     cutlass_fp4_gemm_geglu_il_hw_v10,
     dequantize_fp4_sfa_fp16,
     e0m3_weight_gemm_fp16,
@@ -100,4 +109,11 @@ __all__ = [
     "nvfp4_gemm_m256_bf16",
     "e0m3_weight_gemm_fp16",
     "nvfp4_gemm_relu2_nvfp4",
+    # the flashrt package's additions since its seed card (shared/spec/flashrt-head.md)
+    "aligned_fp4_dim",
+    "NVFP4_BLOCK_SIZE",
+    "NVFP4_SCALE_TILE_ROWS",
+    "NVFP4_SCALE_TILE_BLOCKS",
+    "SUPPORTED_LAYOUTS",
+    "SUPPORTED_CUDA_CAPABILITIES",
 ]

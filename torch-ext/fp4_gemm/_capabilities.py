@@ -31,6 +31,11 @@ from ._registry import NATIVE_CUDA_OPS
 # equal); the sm_XX names of the status table derive from it.
 SUPPORTED_CUDA_CAPABILITIES = ("9.0a", "10.0a", "11.0a", "12.0a")
 ARCHS = {"sm_" + cap.rstrip("a").replace(".", ""): cap for cap in SUPPORTED_CUDA_CAPABILITIES}
+# The flashrt package's constants (its __all__), with this package's values.
+NVFP4_BLOCK_SIZE = reference.NVFP4.group
+NVFP4_SCALE_TILE_ROWS = reference.SF_TILE_ROWS
+NVFP4_SCALE_TILE_BLOCKS = reference.SF_TILE_COLS
+SUPPORTED_LAYOUTS = ("row-major-packed-e2m1", "cutlass-sm1xx-blockscaled", "fp4-gemm-stream-8x64")
 RUN_ARCHS = frozenset({"sm_90"})  # archs whose kernels ran in this package's tests (an H200)
 
 # public function -> the registered op that does its work
@@ -79,7 +84,7 @@ FLASHRT_GEMMS = (
     "nvfp4_gemm_m256_bf16",
 )
 FUNCTION_OPS.update(dict.fromkeys([*HALOPS_GEMMS, *FLASHRT_GEMMS], "gemm"))
-HOST_FUNCTIONS = ("sfa_size_bytes", "capabilities", "nvfp4_gemm_m256_workspace_size")
+HOST_FUNCTIONS = ("sfa_size_bytes", "capabilities", "nvfp4_gemm_m256_workspace_size", "aligned_fp4_dim")
 
 # The representative arguments: every M tier (the decode GEMV, the largest M of the M <= 16
 # kernels, the general engines, the M >= 512 tier) at N = K = 4096; grouped calls have 8 groups of
@@ -216,17 +221,47 @@ def function_status() -> dict[str, dict[str, str]]:
     return {name: dict(status) for name, status in _function_status().items()}
 
 
-def capabilities() -> dict[str, object]:
-    """The public contract: formats, scale layout, alignments, tiers, archs and per-function status."""
+def flashrt_keys() -> dict[str, object]:
+    """The keys the flashrt package's capabilities() returns, with this package's values: its tiers run
+    on every arch here, sm_120 included. No sm_120 GPU has run them, so no (N, K) is qualified there;
+    the package has no W4A16 (Marlin) tier: None."""
     return {
+        "quantization": "W4A4 NVFP4 E2M1",
+        "block_size": NVFP4_BLOCK_SIZE,
+        "scale_layout": "pad128(rows) x pad4(dim/16), 512 bytes per tile",
+        "scale_size": "ceil(rows/128) * ceil((dim/16)/4) * 512 bytes",
+        "layouts": SUPPORTED_LAYOUTS,
+        "cuda_capabilities": SUPPORTED_CUDA_CAPABILITIES,
+        "public_m_alignment": 1,
+        "raw_sm120_tile_m": 128,  # the default tile's rows (csrc/gemm/blackwell_args.h)
+        "sm120_m256_min_m": _validate.M256_MIN_M,
+        "sm120_m256_qualified_nk": (),
+        "sm120_m256_diagnostic_nk": (),
+        "sm120_interleaved_gemv_m": 1,
+        "sm120_interleaved_weight_layout": "fp4-gemm-stream-8x64",
+        "sm120_warpsplit_mrows": (1, _validate.MROWS_MAX_M),
+        "sm120_warpsplit_mrows_n_alignment": 8,
+        "sm120_warpsplit_mrows_k_alignment": "64 * warps",
+        "sm120_w4a16_marlin_m": None,
+        "sm120_w4a16_marlin_n_alignment": None,
+        "sm120_w4a16_marlin_k_alignment": None,
+        "sm120_w4a16_marlin_weight_layout": None,
+        "sm120_w4a16_marlin_scale_layout": None,
+        "errors": "exceptions",
+    }
+
+
+def capabilities() -> dict[str, object]:
+    """The public contract: formats, scale layout, alignments, tiers, archs and per-function status,
+    and the flashrt package's keys (flashrt_keys) beside them."""
+    return flashrt_keys() | {
         "package": "fp4-gemm",
         "formats": {
             name: {"element": fmt.element, "scale": fmt.scale, "block_size": fmt.group}
             for name, fmt in reference.FORMATS.items()
         },
         "halops_modes": {mode: fmt.name for mode, fmt in reference.MODES.items()},
-        "block_size": reference.NVFP4.group,
-        "scale_layout": {
+        "swizzled_scale_layout": {
             "name": "cutlass-sm1xx-sfatom",
             "tile_rows": reference.SF_TILE_ROWS,
             "tile_blocks": reference.SF_TILE_COLS,
@@ -234,8 +269,6 @@ def capabilities() -> dict[str, object]:
             "offset": "((m // 128) * ceil(nkb / 4) + kb // 4) * 512 + (m % 32) * 16 + ((m % 128) // 32) * 4 + kb % 4",
             "size_bytes": "ceil(rows / 128) * ceil(nkb / 4) * 512",
         },
-        "scale_size": "ceil(rows/128) * ceil((dim/16)/4) * 512 bytes",
-        "layouts": ("row-major-packed-e2m1", "cutlass-sm1xx-blockscaled", "fp4-gemm-stream-8x64"),
         "streaming_weight_layout": "tiles of 8 rows x 64 elements (8 x 32 bytes), K-tile fastest, then row-tile",
         "alignment": {
             "k": {name: fmt.group for name, fmt in reference.FORMATS.items()},
@@ -262,12 +295,12 @@ def capabilities() -> dict[str, object]:
         },
         "variants": {arch: (-1, *_validate.VARIANTS) for arch in ARCHS},
         "variant_names": {-1: "auto", 0: "default", 1: "widen", 2: "pingpong"},
-        "cuda_capabilities": SUPPORTED_CUDA_CAPABILITIES,
+        "variant_hints": dict(_validate.FLASHRT_VARIANTS),  # flashrt's schedule ids -> the variant that runs
         "built_cuda_capabilities": tuple(built_archs()),
         "gemm_backends": tuple(f"sm_{cc}" for cc in ops.gemm_backend_archs()),
         "run_archs": tuple(sorted(RUN_ARCHS)),
         "functions": function_status(),
-        "errors": "ValueError before launch for every rule; RuntimeError from CUDA",
+        "error_types": "ValueError before launch for every rule; RuntimeError from CUDA",
     }
 
 

@@ -30,7 +30,8 @@ _GEMM_BACKENDS = ops.gemm_backends.default
 class GemmCall(NamedTuple):
     """The `gemm` op's arguments in schema order (torch_binding.cpp): `ops.gemm(*call)` runs it.
 
-    out = encode(act(alpha_scale * alpha[g] * A @ B[g]^T + bias + residual)) (docs/FORMATS.md).
+    out = encode(act(alpha_scale * alpha[g] * A @ B[g]^T + bias + residual)) (docs/FORMATS.md). The
+    names a string field takes are csrc/gemm/problem.h's (kOperandFormatNames, kActivationNames, ...).
     """
 
     a: Tensor  # A [M, K]: stored values (E4M3 bytes or packed 4-bit codes), or bf16 values
@@ -47,7 +48,7 @@ class GemmCall(NamedTuple):
     alpha_scale: float = 1.0
     bias: OptTensor = None  # [N] or [groups, N]
     residual: OptTensor = None  # [M, N] of the output type
-    activation: str = "none"  # none | gelu | relu2 | geglu
+    activation: str = "none"  # kActivationNames: none, gelu, relu2, geglu, ...
     out: OptTensor = None  # required: [M, N_out] of the output type, or packed E2M1 [M, N_out / 2]
     out_scales: OptTensor = None  # the swizzled scales of an NVFP4 output
     out_format: str = "bf16"  # bf16 | fp16 | nvfp4 | nvfp4_from_fp16

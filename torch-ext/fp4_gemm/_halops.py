@@ -65,7 +65,7 @@ def _halops_gemm(
     use_pdl: bool = True,
 ) -> None:
     _validate.halops_gemm(
-        grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, group_index, group_rows
+        grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, group_index, group_rows, use_pdl
     )
     fmt = reference.MODES[mode].name
     GemmCall(

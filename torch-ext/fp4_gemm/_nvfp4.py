@@ -8,8 +8,11 @@ Conventions shared by every function here (docs/API.md has the full table):
 - `packed`/`sfa`/`out`/`out_packed`/`out_sfa` are optional caller buffers, checked then written.
 - NVFP4 outputs are (packed [M, N_out/2], scales of sfa_size_bytes(M, N_out)); `_fp16` in a name
   means the result is rounded to fp16 before it is re-quantized.
-- `variant`, `skinny`, `scratch`, `warps`, `stages` and `workspace` pick a schedule; they never
-  change the result.
+- `variant` (flashrt's ids 7 and 10 included, as hints), `warps` and `stages` pick how a kernel
+  runs; `skinny`, `scratch` and `workspace` are the seed API's and unused (`workspace` is checked).
+  None of them changes the result.
+- Each function validates its arguments, allocates what it returns unless given, and runs one
+  registered op: the GEMMs one GemmCall (_gemm.py).
 """
 
 from __future__ import annotations
@@ -67,9 +70,12 @@ def quantize_fp4_sfa_mse_bf16(
     return _quantize(x, "nvfp4_mse", *x.shape, packed, sfa)
 
 
-def aligned_dim(dim: int, alignment: int) -> int:
-    """dim rounded up to a multiple of alignment."""
-    return -(-dim // alignment) * alignment
+def aligned_fp4_dim(dim: int, alignment: int = 32) -> int:
+    """The physical width of a logical FP4 GEMM dimension: dim rounded up to a multiple of alignment (a
+    positive multiple of 16), what quantize_fp4_sfa_padded_bf16 and pack_nvfp4_weight_bf16 pad to."""
+    _validate.positive_int("dim", dim)
+    _validate.alignment(alignment)
+    return _validate.aligned_dim(dim, alignment)
 
 
 def padded_bias(bias: OptTensor, rows: int) -> OptTensor:
@@ -87,7 +93,7 @@ def quantize_fp4_sfa_padded_bf16(x: Tensor, *, alignment: int = 32, is_sfb: bool
     sfa_size_bytes(rows, K'), K). Bind-time helper: it allocates."""
     _validate.padded_quantizer(x, alignment)
     rows, logical = x.shape
-    packed, sfa = _quantize(x, "nvfp4", rows, aligned_dim(logical, alignment), None, None)
+    packed, sfa = _quantize(x, "nvfp4", rows, _validate.aligned_dim(logical, alignment), None, None)
     return packed, sfa, logical
 
 
@@ -101,7 +107,7 @@ def pack_nvfp4_weight_bf16(
     """
     _validate.pack_weight(weight, bias, alignment, mse)
     n, k = weight.shape
-    rows, cols = aligned_dim(n, alignment), aligned_dim(k, alignment)
+    rows, cols = _validate.aligned_dim(n, alignment), _validate.aligned_dim(k, alignment)
     packed, sfb = _quantize(weight, "nvfp4_mse" if mse else "nvfp4", rows, cols, None, None)
     return packed, sfb, padded_bias(bias, rows), (n, k)
 
@@ -166,8 +172,8 @@ def nvfp4_gemm_bf16(
     variant: int = -1,
 ) -> Tensor:
     """out = alpha * A @ B^T, bfloat16 [M, N]."""
-    _validate.variant(variant)
-    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, variant=variant)
+    chosen = _validate.variant(variant)
+    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, variant=chosen)
 
 
 def nvfp4_gemm_fp16(
@@ -180,8 +186,8 @@ def nvfp4_gemm_fp16(
     variant: int = -1,
 ) -> Tensor:
     """out = alpha * A @ B^T, float16 [M, N]."""
-    _validate.variant(variant)
-    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, out_format="fp16", variant=variant)
+    chosen = _validate.variant(variant)
+    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, out_format="fp16", variant=chosen)
 
 
 def nvfp4_gemm_variant_bf16(
@@ -193,9 +199,10 @@ def nvfp4_gemm_variant_bf16(
     out: OptTensor = None,
     variant: int = 0,
 ) -> Tensor:
-    """nvfp4_gemm_bf16 on an explicit schedule: variant is one of capabilities()['variants'] other than -1."""
-    _validate.variant(variant, allow_auto=False)
-    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, variant=variant)
+    """nvfp4_gemm_bf16 on an explicit schedule: variant is one of capabilities()['variants'] other than -1,
+    or a flashrt schedule id (7, 10: hints that run the automatic choice)."""
+    chosen = _validate.variant(variant, allow_auto=False)
+    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, variant=chosen)
 
 
 def fp4_w4a16_linear_bf16(
@@ -523,5 +530,5 @@ def nvfp4_gemm_m256_bf16(
     """Large-M tier (M >= 512) of nvfp4_gemm_bf16 with a caller-owned workspace of at least
     nvfp4_gemm_m256_workspace_size(...) bytes; pass the same workspace on every graph replay."""
     required = nvfp4_gemm_m256_workspace_size(a_packed, b_packed, sfa, sfb)
-    _validate.m256(a_packed, workspace, required)
+    _validate.m256(a_packed, workspace, required, (a_packed, b_packed, sfa, sfb, out))
     return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, schedule="m256")

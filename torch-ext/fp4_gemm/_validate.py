@@ -7,13 +7,23 @@ Rules on device-side data (expert ids, valid counts, routing) are checked here w
 the CPU. On a GPU, checking would need a host synchronization in the hot path, so the kernels clamp
 or skip instead (never reading or writing out of bounds); with FP4_GEMM_DEBUG=1 in the environment
 the data is copied to the host and checked before the launch.
+
+Two rules look at buffers, not shapes: outputs must not share memory with any input or with each
+other (`disjoint`: a kernel thread would read what another one writes), and what a function
+allocates must fit the device's memory (`fits_in_memory`).
+
+Host cost: the rules on metadata (types, dtypes, shapes, devices, contiguity, plain arguments) give
+the same verdict for the same metadata, so each rule set runs once per distinct key (`checked`,
+`verdict_key`) and later calls look the verdict up; what varies per call (a Python float's value,
+buffer addresses, device data on the host) is checked on every call.
 """
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Sequence
-from typing import NoReturn
+from collections.abc import Callable, Sequence
+from typing import NoReturn, TypeVar
 
 import torch
 
@@ -28,11 +38,65 @@ MAX_STAGES = 8
 MROWS_MAX_M = 16
 M256_MIN_M = 512
 VARIANTS = (0, 1, 2)  # default, widen, pingpong; -1 picks by shape
+# flashrt's schedule ids (its Thor pipelines pass 7 for large-M shapes, 10 for compact decode ones),
+# accepted as hints: both run the automatic choice, which picks the wide tile from 512 rows of A.
+FLASHRT_VARIANTS = {7: -1, 10: -1}
 MAX_PERMUTE_EXPERTS = 8192
+INT32_MAX = 2**31 - 1
+T = TypeVar("T")
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
 
 def fail(rule: str) -> NoReturn:
     raise ValueError(rule)
+
+
+# ---- verdicts: the metadata rules of a call, checked once per key -------------------------------
+
+_VERDICTS: dict[tuple, object] = {}
+MAX_VERDICTS = 4096  # distinct call shapes remembered; then forgotten at once
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_UNKNOWN = object()
+
+
+def verdict_key(*parts: object) -> tuple | None:
+    """What a rule set's verdict depends on: each tensor's dtype, shape, device and contiguity, each
+    other value (with its type where values of two types compare equal: True == 1 == 1.0). None, so
+    that the rules run, while torch.compile traces and for tensor subclasses (a FakeTensor's metadata
+    is not a real tensor's)."""
+    if torch.compiler.is_compiling():
+        return None
+    key = []
+    for part in parts:
+        kind = type(part)
+        if kind is torch.Tensor or kind is torch.nn.Parameter:
+            key.append((part.dtype, part.shape, part.device, part.is_contiguous()))
+        elif part is None or kind is str or kind is torch.dtype:
+            key.append(part)
+        elif isinstance(part, torch.Tensor):
+            return None
+        else:
+            key.append((kind, part))
+    return tuple(key)
+
+
+def checked(key: tuple | None, rules: Callable[..., T], *args: object) -> T:
+    """rules(*args): a call's metadata rules, raising ValueError at the first broken one and returning
+    what the call needs (its shapes). A verdict is remembered under its key: a call with the same key
+    runs no rule again. A call that breaks a rule is never remembered."""
+    if key is not None:
+        try:
+            verdict = _VERDICTS.get(key, _UNKNOWN)
+        except TypeError:  # an unhashable value (a list as a mode): the rules reject it
+            key, verdict = None, _UNKNOWN
+        if verdict is not _UNKNOWN:
+            return verdict
+    verdict = rules(*args)
+    if key is not None:
+        if len(_VERDICTS) >= MAX_VERDICTS:
+            _VERDICTS.clear()
+        _VERDICTS[key] = verdict
+    return verdict
 
 
 def debug_checks() -> bool:
@@ -117,19 +181,91 @@ def positive_int(name: str, value: object, minimum: int = 1) -> int:
 
 
 def number(name: str, value: object) -> float:
+    """A Python float (an int is accepted) that the kernels can take as a float32: NaN and +-inf pass
+    through as they are, a finite value beyond the float32 range would become inf there."""
+    if type(value) is float and -FLOAT32_MAX <= value <= FLOAT32_MAX:  # the common case, at once
+        return value
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         fail(f"{name} must be a Python float, got {type(value).__name__}")
-    return float(value)
+    rule = f"{name} must be within the float32 range (|{name}| <= {FLOAT32_MAX:.8g})"
+    try:
+        result = float(value)
+    except OverflowError:
+        fail(f"{rule}, got an int of {value.bit_length()} bits")
+    if math.isfinite(result) and abs(result) > FLOAT32_MAX:
+        fail(f"{rule}, got {result!r}")
+    return result
 
 
 def sm_count(value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or (value != -1 and value < 1):
-        fail(f"sm_count must be -1 (all SMs) or a positive integer, got {value!r}")
+    if not integer(value) or not (value == -1 or 1 <= value <= INT32_MAX):
+        fail(f"sm_count must be -1 (all SMs) or a positive integer below 2**31, got {value!r}")
 
 
 def multiple(name: str, value: int, of: int, why: str) -> None:
     if value <= 0 or value % of != 0:
         fail(f"{name} ({value}) must be a positive multiple of {of} ({why})")
+
+
+def disjoint(
+    outputs: tuple[tuple[str, torch.Tensor | None], ...],
+    inputs: tuple[tuple[str, torch.Tensor | None], ...],
+    in_place: tuple[str, str] | None = None,
+) -> None:
+    """Outputs (name, tensor) share no byte with any input or with each other: a kernel would race, one
+    thread reading what another writes. `in_place` names the one (output, input) pair that may be the
+    very same buffer (each element read, then written, by one thread). Contiguous tensors on one
+    device: byte ranges decide (a fake tensor has none: nothing to check)."""
+    if torch.compiler.is_compiling():
+        return
+    for i, (name, out) in enumerate(outputs):
+        if out is None or type(out) not in _PLAIN_TENSORS:
+            continue
+        start = out.data_ptr()
+        end = start + out.nbytes
+        for other, t in outputs[i + 1 :] + inputs:
+            if t is not None:
+                other_start = t.data_ptr()
+                if other_start < end and start < other_start + t.nbytes and out.numel() and t.numel():
+                    overlap(name, other, (start, end) == (other_start, other_start + t.nbytes), in_place)
+
+
+def overlap(name: str, other: str, same_bytes: bool, in_place: tuple[str, str] | None) -> None:
+    """Output `name` shares memory with `other`: an error unless it is the in-place pair's very buffer."""
+    if (name, other) == in_place and same_bytes:
+        return
+    allowed = f"; {in_place[0]} may be {in_place[1]} itself" if in_place else ""
+    fail(f"{name} must not share memory with {other} (outputs overlap no input and no other output{allowed})")
+
+
+_DEVICE_MEMORY: dict[torch.device, int | None] = {}
+
+
+def device_memory(device: torch.device) -> int | None:
+    """Bytes of memory of a device (CUDA: total_memory; the CPU: physical memory), read once; None
+    where unknown (a fake CUDA tensor on a machine without one)."""
+    if device not in _DEVICE_MEMORY:
+        if device.type == "cuda":
+            known = torch.cuda.is_available()
+            _DEVICE_MEMORY[device] = torch.cuda.get_device_properties(device).total_memory if known else None
+        else:
+            _DEVICE_MEMORY[device] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return _DEVICE_MEMORY[device]
+
+
+def fits_in_memory(what: str, nbytes: int, device: torch.device) -> None:
+    """What a function allocates must fit the device's memory (else the allocator fails, or on the CPU
+    the system's memory runs out)."""
+    if torch.compiler.is_compiling():
+        return
+    limit = device_memory(device)
+    if limit is not None and nbytes > limit:
+        fail(f"{what} would need {nbytes} bytes, more than the memory of {device} ({limit} bytes)")
+
+
+def packed_bytes(rows: int, cols: int) -> int:
+    """Bytes of packed NVFP4 values [rows, cols / 2] and their flat scales."""
+    return rows * cols // 2 + reference.sf_bytes(rows, -(-cols // 16))
 
 
 # ---- quantizers -------------------------------------------------------------------------------
@@ -147,25 +283,41 @@ def quantize_input(name: str, x: object, dtypes: Sequence[torch.dtype], group: i
     return x
 
 
-def group_wise_quant(input: torch.Tensor, mode: str, use_swizzle: object, use_pdl: object) -> BlockFormat:
+def group_wise_quant(input: object, mode: object, use_swizzle: object, use_pdl: object) -> BlockFormat:
+    key = verdict_key("group_wise_quant", input, mode, use_swizzle, use_pdl)
+    return checked(key, _group_wise_quant, input, mode, use_swizzle, use_pdl)
+
+
+def _group_wise_quant(input: torch.Tensor, mode: str, use_swizzle: object, use_pdl: object) -> BlockFormat:
     fmt = mode_format(mode)
     boolean("use_swizzle", use_swizzle)
     boolean("use_pdl", use_pdl)
     tensor("input", input, dtypes=HALF_DTYPES, ndim=2)
     multiple("input.shape[1] (K)", input.shape[1], fmt.group, f"blocks of {fmt.group} in mode {mode!r}")
+    rows, k = input.shape
+    nbytes = rows * fmt.stored_cols(k) + reference.sf_bytes(rows, k // fmt.group)
+    fits_in_memory("the quantized values and scales", nbytes, input.device)
     return fmt
 
 
 def fp4_quantizer(x: object, dtype: torch.dtype, packed: object, sfa: object) -> None:
     """A flashrt-style quantizer: x [rows, K]; caller buffers both or neither (packed [rows, K/2], flat scales)."""
+    checked(verdict_key("fp4_quantizer", x, dtype, packed, sfa), _fp4_quantizer, x, dtype, packed, sfa)
+    if packed is not None:
+        disjoint((("packed", packed), ("sfa", sfa)), (("x", x),))
+
+
+def _fp4_quantizer(x: object, dtype: torch.dtype, packed: object, sfa: object) -> None:
     quantize_input("x", x, (dtype,), 16)
     if (packed is None) != (sfa is None):
         fail("pass both packed and sfa, or neither")
-    if packed is not None:
-        rows, cols = x.shape
-        tensor("packed", packed, dtypes=(torch.uint8,), shape=(rows, cols // 2))
-        scale_buffer("sfa", sfa, rows, cols // 16)
-        same_device(x=x, packed=packed, sfa=sfa)
+    rows, cols = x.shape
+    if packed is None:
+        fits_in_memory("the packed values and scales", packed_bytes(rows, cols), x.device)
+        return
+    tensor("packed", packed, dtypes=(torch.uint8,), shape=(rows, cols // 2))
+    scale_buffer("sfa", sfa, rows, cols // 16)
+    same_device(x=x, packed=packed, sfa=sfa)
 
 
 def alignment(value: object) -> int:
@@ -174,26 +326,51 @@ def alignment(value: object) -> int:
     return value
 
 
+def aligned_dim(dim: int, align: int) -> int:
+    """dim rounded up to a multiple of align."""
+    return -(-dim // align) * align
+
+
 def padded_quantizer(x: object, align: object) -> None:
+    checked(verdict_key("padded_quantizer", x, align), _padded_quantizer, x, align)
+
+
+def _padded_quantizer(x: object, align: object) -> None:
     tensor("x", x, dtypes=(torch.bfloat16,), ndim=2)
     alignment(align)
+    rows, k = x.shape
+    fits_in_memory("the padded values and scales", packed_bytes(rows, aligned_dim(k, align)), x.device)
 
 
 def pack_weight(weight: object, bias: object, align: object, mse: object) -> None:
+    checked(verdict_key("pack_weight", weight, bias, align, mse), _pack_weight, weight, bias, align, mse)
+
+
+def _pack_weight(weight: object, bias: object, align: object, mse: object) -> None:
     tensor("weight", weight, dtypes=(torch.bfloat16,), ndim=2)
     alignment(align)
     boolean("mse", mse)
     optional("bias", bias, dtypes=(torch.bfloat16,), shape=(weight.shape[0],))
     same_device(weight=weight, bias=bias)
+    n, k = aligned_dim(weight.shape[0], align), aligned_dim(weight.shape[1], align)
+    fits_in_memory("the padded weight, scales and bias", packed_bytes(n, k) + 2 * n, weight.device)
 
 
 def dequantizer(packed: object, sfa: object, out: object) -> None:
+    checked(verdict_key("dequantizer", packed, sfa, out), _dequantizer, packed, sfa, out)
+    if out is not None:
+        disjoint((("out", out),), (("packed", packed), ("sfa", sfa)))
+
+
+def _dequantizer(packed: object, sfa: object, out: object) -> None:
     tensor("packed", packed, dtypes=(torch.uint8,), ndim=2)
     rows, cols = packed.shape[0], packed.shape[1] * 2
     multiple("K (2 * packed.shape[1])", cols, 16, "NVFP4 blocks of 16")
     scale_buffer("sfa", sfa, rows, cols // 16)
     optional("out", out, dtypes=(torch.float16,), shape=(rows, cols))
     same_device(packed=packed, sfa=sfa, out=out)
+    if out is None:
+        fits_in_memory("the float16 output", 2 * rows * cols, packed.device)
 
 
 # ---- flashrt-style GEMMs ----------------------------------------------------------------------
@@ -209,9 +386,14 @@ def boolean(name: str, value: object) -> None:
 
 
 def variant(value: object, *, allow_auto: bool = True) -> int:
+    """The variant that runs: one of capabilities()['variants'] (-1 only where allow_auto), or a
+    flashrt schedule id, which maps to its FLASHRT_VARIANTS hint."""
     allowed = ((-1,) if allow_auto else ()) + VARIANTS
+    if integer(value) and value in FLASHRT_VARIANTS:
+        return FLASHRT_VARIANTS[value]
     if not integer(value) or value not in allowed:
-        fail(f"variant must be one of {allowed} (capabilities()['variants']), got {value!r}")
+        flashrt = tuple(FLASHRT_VARIANTS)
+        fail(f"variant must be one of {allowed} (capabilities()['variants']) or a flashrt id {flashrt}, got {value!r}")
     return value
 
 
@@ -228,9 +410,23 @@ def nvfp4_gemm(
     out_format: str,
     out: object,
     out_scales: object,
-    bias_dtypes: Sequence[torch.dtype] = BIAS_DTYPES,
 ) -> tuple[int, int, int]:
     """Operands, epilogue tensors and caller outputs of every flashrt-style GEMM; returns (M, N_out, K)."""
+    parts = (a, b, sfa, sfb, bias, residual, activation, out_format, out, out_scales)
+    shapes = checked(verdict_key("nvfp4_gemm", *parts), _nvfp4_gemm, parts)
+    number("alpha", alpha)
+    if out_format.startswith("nvfp4"):
+        outputs = (("out_packed", out), ("out_sfa", out_scales))
+    else:
+        outputs = (("out", out),)
+    inputs = (("a_packed", a), ("b_packed", b), ("sfa", sfa), ("sfb", sfb), ("bias", bias), ("residual", residual))
+    disjoint(outputs, inputs, in_place=("out", "residual"))
+    return shapes
+
+
+def _nvfp4_gemm(parts: tuple) -> tuple[int, int, int]:
+    """The metadata rules of the flashrt-style GEMMs (nvfp4_gemm's arguments but alpha)."""
+    a, b, sfa, sfb, bias, residual, activation, out_format, out, out_scales = parts
     m, n, k = packed_shape(a, b)
     if b.shape[1] * 2 != k:
         fail(f"a_packed and b_packed must have the same K: a gives {k}, b gives {b.shape[1] * 2}")
@@ -239,12 +435,11 @@ def nvfp4_gemm(
         fail(f"M and N must be >= 1, got M={m}, N={n}")
     scale_buffer("sfa", sfa, m, k // 16)
     scale_buffer("sfb", sfb, n, k // 16)
-    number("alpha", alpha)
     n_out = n
     if activation == "geglu":
         multiple("N of the interleaved GeGLU weight", n, 2, "gate and up rows alternate")
         n_out = n // 2
-    optional("bias", bias, dtypes=bias_dtypes, shape=(n,))
+    optional("bias", bias, dtypes=BIAS_DTYPES, shape=(n,))
     if out_format.startswith("nvfp4"):
         multiple("the output width", n_out, 16, "NVFP4 output blocks of 16")
         if (out is None) != (out_scales is None):
@@ -256,7 +451,10 @@ def nvfp4_gemm(
         dtype = OUT_DTYPES[out_format]
         optional("residual", residual, dtypes=(dtype,), shape=(m, n))
         optional("out", out, dtypes=(dtype,), shape=(m, n_out))
-    same_device(a=a, b=b, sfa=sfa, sfb=sfb, bias=bias, residual=residual, out=out, out_scales=out_scales)
+    device = same_device(a=a, b=b, sfa=sfa, sfb=sfb, bias=bias, residual=residual, out=out, out_scales=out_scales)
+    if out is None:
+        nbytes = packed_bytes(m, n_out) if out_format.startswith("nvfp4") else 2 * m * n_out
+        fits_in_memory("the output", nbytes, device)
     return m, n_out, k
 
 
@@ -275,6 +473,10 @@ def packed_shape(a: object, b: object) -> tuple[int, int, int]:
 
 
 def mrows(a: object, b: object, warps: object, stages: object) -> None:
+    checked(verdict_key("mrows", a, b, warps, stages), _mrows, a, b, warps, stages)
+
+
+def _mrows(a: object, b: object, warps: object, stages: object) -> None:
     m, n, k = packed_shape(a, b)
     skinny_knobs(warps, stages)
     if not 1 <= m <= MROWS_MAX_M:
@@ -284,6 +486,10 @@ def mrows(a: object, b: object, warps: object, stages: object) -> None:
 
 
 def gemv(a: object, b: object, warps: object, stages: object) -> None:
+    checked(verdict_key("gemv", a, b, warps, stages), _gemv, a, b, warps, stages)
+
+
+def _gemv(a: object, b: object, warps: object, stages: object) -> None:
     m, n, k = packed_shape(a, b)
     skinny_knobs(warps, stages)
     if m != 1:
@@ -293,6 +499,11 @@ def gemv(a: object, b: object, warps: object, stages: object) -> None:
 
 
 def repack(b: object, out: object) -> None:
+    """out may overlap b: the op goes through a copy."""
+    checked(verdict_key("repack", b, out), _repack, b, out)
+
+
+def _repack(b: object, out: object) -> None:
     tensor("b_packed", b, dtypes=(torch.uint8,), ndim=2)
     multiple("N", b.shape[0], reference.STREAM_TILE_ROWS, "the streaming layout tiles 8 rows")
     multiple("K", b.shape[1] * 2, reference.STREAM_TILE_K, "the streaming layout tiles 64 elements")
@@ -300,7 +511,15 @@ def repack(b: object, out: object) -> None:
     same_device(b_packed=b, out=out)
 
 
-def m256(a: torch.Tensor, workspace: object, required: int) -> None:
+def m256(a: torch.Tensor, workspace: object, required: int, operands: tuple) -> None:
+    """The M >= 512 tier: its caller workspace; `operands` = (a, b, sfa, sfb, out), which it may not overlap."""
+    checked(verdict_key("m256", a, workspace, required), _m256, a, workspace, required)
+    disjoint(
+        (("workspace", workspace),), tuple(zip(("a_packed", "b_packed", "sfa", "sfb", "out"), operands, strict=True))
+    )
+
+
+def _m256(a: torch.Tensor, workspace: object, required: int) -> None:
     m = a.shape[0]
     if m < M256_MIN_M:
         fail(f"nvfp4_gemm_m256_bf16 needs M >= {M256_MIN_M}, got M={m}")
@@ -358,9 +577,26 @@ def halops_gemm(
     sm: object,
     group_index: object = None,
     max_m: object = 0,
+    use_pdl: object = True,
 ) -> None:
     """dense_gemm, batch_gemm, group_contiguous_gemm and group_masked_gemm."""
+    parts = (grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm, group_index, max_m, use_pdl)
+    groups = checked(verdict_key("halops_gemm", *parts), _halops_gemm, parts)
+    if grouping == "contiguous":
+        expert_ids(group_index, groups)
+    if grouping == "masked":
+        valid_counts("masked_m", group_index, max_m)
+    inputs = (("input", input), ("weight", weight), ("sfa", sfa), ("sfb", sfb), ("bias", bias), ("alpha", alpha))
+    index = (("expert_ids" if grouping == "contiguous" else "masked_m", group_index),)
+    disjoint((("output", output),), inputs + index)
+
+
+def _halops_gemm(parts: tuple) -> int:
+    """The metadata rules of the halops GEMMs (halops_gemm's arguments); returns the number of weight
+    matrices."""
+    grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm, group_index, max_m, use_pdl = parts
     sm_count(sm)
+    boolean("use_pdl", use_pdl)
     if grouping == "batched":
         fmt, k = _operands(mode, input, weight, 3, 3)
         groups, rows, n = input.shape[0], input.shape[0] * input.shape[1], weight.shape[1]
@@ -381,14 +617,13 @@ def halops_gemm(
     _epilogue(mode, alpha, groups, bias, bias_shape)
     if grouping == "contiguous":
         tensor("expert_ids", group_index, dtypes=(torch.int32,), shape=(rows,))
-        expert_ids(group_index, groups)
     if grouping == "masked":
         positive_int("max_m_per_expert", max_m)
         if rows != groups * max_m:
             fail(f"input must have num_experts * max_m_per_expert = {groups} * {max_m} rows, got {rows}")
         tensor("masked_m", group_index, dtypes=(torch.int32,), shape=(groups,))
-        valid_counts("masked_m", group_index, max_m)
     same_device(input=input, weight=weight, sfa=sfa, sfb=sfb, output=output, bias=bias, alpha=alpha, index=group_index)
+    return groups
 
 
 def expert_ids(ids: torch.Tensor, experts: int) -> None:
@@ -416,6 +651,12 @@ def valid_counts(name: str, counts: torch.Tensor, maximum: int) -> None:
 
 
 def swiglu_quant(input: object, counts: object, is_fp4: object) -> None:
+    rows_per_group = checked(verdict_key("swiglu_quant", input, counts, is_fp4), _swiglu_quant, input, counts, is_fp4)
+    valid_counts("token_nums_per_expert", counts, rows_per_group)
+
+
+def _swiglu_quant(input: object, counts: object, is_fp4: object) -> int:
+    """The metadata rules of fused_swiglu_quant; returns the rows each group has."""
     boolean("is_fp4", is_fp4)
     group = 16 if is_fp4 else 32
     tensor("input", input, dtypes=(torch.bfloat16,), ndim=2)
@@ -424,11 +665,25 @@ def swiglu_quant(input: object, counts: object, is_fp4: object) -> None:
     experts = counts.shape[0]
     if experts < 1 or input.shape[0] % experts != 0:
         fail(f"input rows ({input.shape[0]}) must be num_experts ({experts}) * rows per expert")
-    valid_counts("token_nums_per_expert", counts, input.shape[0] // experts)
     same_device(input=input, token_nums_per_expert=counts)
+    rows, hidden = input.shape[0], input.shape[1] // 2
+    nbytes = rows * hidden * (4 if is_fp4 else 8) // 8 + reference.sf_bytes(rows, hidden // group)
+    fits_in_memory("the quantized values and scales", nbytes, input.device)
+    return rows // experts
 
 
 def permute(x: object, scale: object, topk_ids: object, experts: object, max_token_num: object) -> None:
+    key = verdict_key("permute", x, scale, topk_ids, experts, max_token_num)
+    checked(key, _permute, x, scale, topk_ids, experts, max_token_num)
+    host = host_data(topk_ids)
+    if host is not None and debug_checks():  # overflow is legal (counts report it); debug mode flags it
+        routed = host[(host >= 0) & (host < experts)]
+        most = int(torch.bincount(routed, minlength=experts).max()) if routed.numel() else 0
+        if most > max_token_num:
+            fail(f"an expert receives {most} tokens, more than max_token_num = {max_token_num}")
+
+
+def _permute(x: object, scale: object, topk_ids: object, experts: object, max_token_num: object) -> None:
     tensor("x", x, dtypes=(torch.float8_e4m3fn, torch.bfloat16), ndim=2)
     tokens, hidden = x.shape
     tensor("scale", scale, dtypes=(torch.int32, torch.uint8), ndim=2)
@@ -449,9 +704,8 @@ def permute(x: object, scale: object, topk_ids: object, experts: object, max_tok
     positive_int("max_token_num", max_token_num, 128)
     multiple("max_token_num", max_token_num, 128, "whole 128-row scale tiles per expert")
     same_device(x=x, scale=scale, topk_ids=topk_ids)
-    host = host_data(topk_ids)
-    if host is not None and debug_checks():  # overflow is legal (counts report it); debug mode flags it
-        routed = host[(host >= 0) & (host < experts)]
-        most = int(torch.bincount(routed, minlength=experts).max()) if routed.numel() else 0
-        if most > max_token_num:
-            fail(f"an expert receives {most} tokens, more than max_token_num = {max_token_num}")
+    rows = experts * max_token_num
+    nbytes = (
+        rows * hidden * x.element_size() + reference.sf_bytes(rows, hidden // 32) + 4 * (topk_ids.numel() + experts)
+    )
+    fits_in_memory(f"the permuted rows (num_local_experts * max_token_num = {rows})", nbytes, x.device)

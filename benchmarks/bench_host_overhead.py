@@ -1,0 +1,190 @@
+"""Host cost per call of every public GEMM and quantizer against torch.mm, on tiny shapes.
+
+At M = 16, N = 64, K = 128 every kernel finishes long before the host has issued the next call, so
+back-to-back calls measure the host's time per call: the Python layer (validation, output
+allocation, building the op call), the op's dispatch and the launch. Each row: median over REPEATS
+of (2000 calls, then one synchronize) / 2000, in microseconds; `vs_torch_mm` divides by the same
+measurement of torch.mm on bf16 operands of the same shape, in the same process. Caller output
+buffers are passed where a function takes them (as the hot path should); `torch_mm_out` is
+torch.mm with `out=`.
+
+    python benchmarks/bench_host_overhead.py --out benchmarks/results/h200-host-overhead.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from bench_common import RESULTS, load, write_results
+
+M, N, K = 16, 64, 128
+CALLS, REPEATS = 2000, 7
+
+
+def per_call_us(fn: Callable[[], object], device: str) -> float:
+    """Median over REPEATS of the time per call of CALLS back-to-back calls (after a warm-up)."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for _ in range(200):
+        fn()
+    sync()
+    times = []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        for _ in range(CALLS):
+            fn()
+        sync()
+        times.append((time.perf_counter() - start) / CALLS * 1e6)
+    return statistics.median(times)
+
+
+def gemm_calls(fp4, device: str) -> dict[str, Callable[[], object]]:
+    """One call of every public GEMM on NVFP4 (halops: each mode) operands of M x N x K."""
+    bf16, fp16, u8 = torch.bfloat16, torch.float16, torch.uint8
+    x, w = torch.randn(M, K, device=device, dtype=bf16), torch.randn(N, K, device=device, dtype=bf16)
+    a, sfa = fp4.quantize_fp4_sfa_bf16(x)
+    b, sfb = fp4.quantize_fp4_sfa_bf16(w)
+    a1, sfa1 = fp4.quantize_fp4_sfa_bf16(x[:1].contiguous())
+    bi = fp4.fp4_repack_b_interleaved_sm120(b)
+    ae, sfae = fp4.quantize_e0m3_sfa_fp16(x.half())
+    be, sfbe = fp4.quantize_e0m3_sfa_fp16(w.half())
+    big = torch.randn(512, K, device=device, dtype=bf16)
+    am, sfam = fp4.quantize_fp4_sfa_bf16(big)
+    workspace = torch.zeros(fp4.nvfp4_gemm_m256_workspace_size(am, b, sfam, sfb), device=device, dtype=u8)
+    out, out16, out1 = (torch.empty(rows, N, device=device, dtype=t) for rows, t in ((M, bf16), (M, fp16), (1, bf16)))
+    out_m = torch.empty(512, N, device=device, dtype=bf16)
+    packed, scales = torch.empty(M, N // 2, device=device, dtype=u8), torch.empty(512, device=device, dtype=u8)
+    packed_glu = torch.empty(M, N // 4, device=device, dtype=u8)
+    bias, bias16 = torch.randn(N, device=device, dtype=bf16), torch.randn(N, device=device, dtype=fp16)
+    residual, residual16 = torch.randn(M, N, device=device, dtype=bf16), torch.randn(M, N, device=device, dtype=fp16)
+    ops = (a, b, sfa, sfb)
+    calls = {
+        "nvfp4_gemm_bf16": lambda: fp4.nvfp4_gemm_bf16(*ops, out=out),
+        "nvfp4_gemm_fp16": lambda: fp4.nvfp4_gemm_fp16(*ops, out=out16),
+        "nvfp4_gemm_variant_bf16": lambda: fp4.nvfp4_gemm_variant_bf16(*ops, out=out, variant=1),
+        "fp4_w4a16_linear_bf16": lambda: fp4.fp4_w4a16_linear_bf16(*ops, out=out),
+        "nvfp4_gemm_streamk_bf16": lambda: fp4.nvfp4_gemm_streamk_bf16(*ops, out=out),
+        "nvfp4_gemm_streamk_bias_bf16": lambda: fp4.nvfp4_gemm_streamk_bias_bf16(*ops, bias, out=out),
+        "nvfp4_gemm_bias_bf16": lambda: fp4.nvfp4_gemm_bias_bf16(*ops, bias, out=out),
+        "nvfp4_gemm_residual_bf16": lambda: fp4.nvfp4_gemm_residual_bf16(*ops, residual, out=out),
+        "nvfp4_gemm_bias_residual_bf16": lambda: fp4.nvfp4_gemm_bias_residual_bf16(*ops, bias, residual, out=out),
+        "nvfp4_gemm_bias_residual_fp16": lambda: fp4.nvfp4_gemm_bias_residual_fp16(*ops, bias16, residual16, out=out16),
+        "nvfp4_gemm_bias_gelu_bf16": lambda: fp4.nvfp4_gemm_bias_gelu_bf16(*ops, bias, out=out),
+        "nvfp4_gemm_nvfp4": lambda: fp4.nvfp4_gemm_nvfp4(*ops, out_packed=packed, out_sfa=scales),
+        "nvfp4_gemm_relu2_nvfp4": lambda: fp4.nvfp4_gemm_relu2_nvfp4(*ops, out_packed=packed, out_sfa=scales),
+        "nvfp4_gemm_bias_gelu_nvfp4": lambda: fp4.nvfp4_gemm_bias_gelu_nvfp4(
+            *ops, bias, out_packed=packed, out_sfa=scales
+        ),
+        "nvfp4_gemm_bias_gelu_nvfp4_fp16": lambda: fp4.nvfp4_gemm_bias_gelu_nvfp4_fp16(
+            *ops, bias16, out_packed=packed, out_sfa=scales
+        ),
+        "nvfp4_gemm_geglu_nvfp4_fp16": lambda: fp4.nvfp4_gemm_geglu_nvfp4_fp16(
+            *ops, out_packed=packed_glu, out_sfa=scales
+        ),
+        "cutlass_fp4_gemm_geglu_il_hw_v10": lambda: fp4.cutlass_fp4_gemm_geglu_il_hw_v10(
+            *ops, out_packed=packed_glu, out_sfa=scales
+        ),
+        "e0m3_weight_gemm_fp16": lambda: fp4.e0m3_weight_gemm_fp16(ae, be, sfae, sfbe, a_format=0, out=out16),
+        "fp4_w4a4_gemv_warpsplit_interleaved_bf16": lambda: fp4.fp4_w4a4_gemv_warpsplit_interleaved_bf16(
+            a1, bi, sfa1, sfb, out=out1
+        ),
+        "fp4_w4a4_gemm_warpsplit_mrows_bf16": lambda: fp4.fp4_w4a4_gemm_warpsplit_mrows_bf16(*ops, out=out),
+        "nvfp4_gemm_m256_bf16": lambda: fp4.nvfp4_gemm_m256_bf16(am, b, sfam, sfb, workspace=workspace, out=out_m),
+    }
+    calls.update(halops_calls(fp4, device))
+    return calls
+
+
+def halops_calls(fp4, device: str) -> dict[str, Callable[[], object]]:
+    """dense, batched (2 items), contiguous and masked (2 experts of M rows) GEMMs in w4a4-nvfp4."""
+    mode, e = "w4a4-nvfp4", 2
+    bf16 = torch.bfloat16
+
+    def quantized(rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return fp4.group_wise_quant(torch.randn(rows, K, device=device, dtype=bf16), mode)
+
+    a, sfa = quantized(M)
+    w, sfb = quantized(N)
+    ga, gsfa = quantized(e * M)
+    gw, gsfb = quantized(e * N)
+    gw = gw.reshape(e, N, -1)
+    out, gout = torch.empty(M, N, device=device, dtype=bf16), torch.empty(e * M, N, device=device, dtype=bf16)
+    alpha, galpha = torch.ones(1, device=device), torch.ones(e, device=device)
+    ids = torch.arange(e * M, device=device, dtype=torch.int32) // M
+    counts = torch.full((e,), M, device=device, dtype=torch.int32)
+    bout = gout.reshape(e, M, N)
+    return {
+        "dense_gemm": lambda: fp4.dense_gemm(a, w, sfa, sfb, out, alpha=alpha, mode=mode),
+        "batch_gemm": lambda: fp4.batch_gemm(ga.reshape(e, M, -1), gw, gsfa, gsfb, bout, alpha=galpha, mode=mode),
+        "group_contiguous_gemm": lambda: fp4.group_contiguous_gemm(
+            ga, gw, gsfa, gsfb, ids, gout, alpha=galpha, mode=mode
+        ),
+        "group_masked_gemm": lambda: fp4.group_masked_gemm(
+            ga, gw, gsfa, gsfb, counts, gout, alpha=galpha, max_m_per_expert=M, mode=mode
+        ),
+    }
+
+
+def quantizer_calls(fp4, device: str) -> dict[str, Callable[[], object]]:
+    """Every public quantizer (caller buffers where it takes them) and the dequantizer, on [M, K]."""
+    x = torch.randn(M, K, device=device, dtype=torch.bfloat16)
+    xh = x.half()
+    packed = torch.empty(M, K // 2, device=device, dtype=torch.uint8)
+    sfa = torch.empty(fp4.sfa_size_bytes(M, K), device=device, dtype=torch.uint8)
+    q, s = fp4.quantize_fp4_sfa_bf16(x)
+    out = torch.empty(M, K, device=device, dtype=torch.float16)
+    return {
+        "group_wise_quant (w8a8-mxfp8)": lambda: fp4.group_wise_quant(x, "w8a8-mxfp8"),
+        "group_wise_quant (w4a4-mxfp4)": lambda: fp4.group_wise_quant(x, "w4a4-mxfp4"),
+        "group_wise_quant (w4a4-nvfp4)": lambda: fp4.group_wise_quant(x, "w4a4-nvfp4"),
+        "quantize_fp4_sfa_bf16": lambda: fp4.quantize_fp4_sfa_bf16(x, packed, sfa),
+        "quantize_fp4_sfa_fp16": lambda: fp4.quantize_fp4_sfa_fp16(xh, packed, sfa),
+        "quantize_fp4_sfa_mse_bf16": lambda: fp4.quantize_fp4_sfa_mse_bf16(x, packed, sfa),
+        "quantize_fp4_sfa_mse_fp16": lambda: fp4.quantize_fp4_sfa_mse_fp16(xh, packed, sfa),
+        "quantize_e0m3_sfa_fp16": lambda: fp4.quantize_e0m3_sfa_fp16(xh, packed, sfa),
+        "quantize_fp4_sfa_padded_bf16": lambda: fp4.quantize_fp4_sfa_padded_bf16(x),
+        "pack_nvfp4_weight_bf16": lambda: fp4.pack_nvfp4_weight_bf16(x),
+        "dequantize_fp4_sfa_fp16": lambda: fp4.dequantize_fp4_sfa_fp16(q, s, out),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, default=RESULTS / "h200-host-overhead.json")
+    parser.add_argument("--device", default="cuda", help="cuda (the measurement); cpu only checks the script")
+    args = parser.parse_args()
+    fp4 = load()
+    torch.manual_seed(0)
+    device = args.device
+    x = torch.randn(M, K, device=device, dtype=torch.bfloat16)
+    wt = torch.randn(K, N, device=device, dtype=torch.bfloat16)
+    mm_out = torch.empty(M, N, device=device, dtype=torch.bfloat16)
+    mm_us = per_call_us(lambda: torch.mm(x, wt), device)
+    mm_out_us = per_call_us(lambda: torch.mm(x, wt, out=mm_out), device)
+    print(f"{'torch.mm':44s} {mm_us:7.2f} us   out=: {mm_out_us:7.2f} us")
+    rows = []
+    for kind, calls in (("gemm", gemm_calls(fp4, device)), ("quantizer", quantizer_calls(fp4, device))):
+        for name, fn in calls.items():
+            us = per_call_us(fn, device)
+            rows.append(
+                {
+                    "function": name,
+                    "kind": kind,
+                    "shape": [M, N, K] if kind == "gemm" else [M, K],
+                    "us_per_call": round(us, 2),
+                    "torch_mm_us": round(mm_us, 2),
+                    "torch_mm_out_us": round(mm_out_us, 2),
+                    "vs_torch_mm": round(us / mm_us, 2),
+                }
+            )
+            print(f"{name:44s} {us:7.2f} us   x{us / mm_us:5.2f} torch.mm")
+    if device == "cuda":
+        write_results(args.out, rows, calls_per_timing=CALLS, repeats=REPEATS)
+
+
+if __name__ == "__main__":
+    main()
