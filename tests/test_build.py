@@ -103,6 +103,25 @@ def test_build_tool_skips_sections_newer_than_the_toolkit():
     assert "sm110" not in names and "common" in names
 
 
+def test_build_tool_defaults_to_the_gpus_arch():
+    wanted, why = load_build_tool().default_archs(build_config(), (9, 0))
+    assert wanted == {"9.0a"} and "9.0a" in why
+
+
+def test_build_tool_defaults_to_every_arch_without_a_gpu():
+    wanted, why = load_build_tool().default_archs(build_config(), None)
+    assert wanted is None and "every arch" in why
+
+
+def test_build_tool_defaults_to_every_arch_on_a_gpu_build_toml_lacks():
+    wanted, why = load_build_tool().default_archs(build_config(), (8, 9))
+    assert wanted is None and "8.9" in why
+
+
+def test_build_tool_archs_all_builds_every_arch():
+    assert load_build_tool().wanted_archs("all", build_config())[0] is None
+
+
 def test_build_tool_archs_subset_keeps_matching_sections_only():
     tool = load_build_tool()
     sections = tool.load_sections(build_config(), {"9.0a"}, (13, 0))
