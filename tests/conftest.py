@@ -66,6 +66,8 @@ BUILD_DIR, KERNEL_PATH = locate_build(dict(os.environ), ROOT, REPO_ID)
 HAS_CUDA = torch.cuda.is_available()
 
 requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU (run on the device machine)")
+# a `device` parametrization: the CPU (the reference) always, the GPU where there is one
+DEVICES = ["cpu", pytest.param("cuda", marks=requires_cuda)]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -85,14 +87,18 @@ def requires_repo_file(relative: str) -> Path:
     return path
 
 
-def load_reference() -> ModuleType:
-    """reference.py straight from the source tree: it must import without the compiled extension."""
-    path = ROOT / "torch-ext" / "fp4_gemm" / "reference.py"
-    spec = importlib.util.spec_from_file_location("fp4_gemm_reference", path)
+def load_module(name: str, path: Path) -> ModuleType:
+    """A Python file of the repository imported as module `name` (registered: dataclasses look it up)."""
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up here
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def load_reference() -> ModuleType:
+    """reference.py straight from the source tree: it must import without the compiled extension."""
+    return load_module("fp4_gemm_reference", ROOT / "torch-ext" / "fp4_gemm" / "reference.py")
 
 
 def variant_dirs() -> list[Path]:
@@ -108,16 +114,6 @@ def variant_dir() -> Path:
 
 def variant_metadata() -> dict:
     return json.loads((variant_dir() / "metadata.json").read_text())
-
-
-def built_archs() -> list[str]:
-    return variant_metadata()["backend"]["archs"]
-
-
-def requires_arch(arch: str) -> None:
-    """Skip unless the build under test compiled `arch` (tools/build.py --archs builds a subset)."""
-    if arch not in built_archs():
-        pytest.skip(f"this build has no {arch} code (built for {', '.join(built_archs())})")
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,6 @@ the built library. The asserts written here are this project's own rules.
 from __future__ import annotations
 
 import filecmp
-import importlib.util
 import os
 import re
 import shutil
@@ -18,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ID, ROOT, build_config, requires_repo_file, variant_dir, variant_metadata
+from conftest import REPO_ID, ROOT, build_config, load_module, requires_repo_file, variant_dir, variant_metadata
 
 pytestmark = pytest.mark.kernels_ci
 
@@ -32,11 +31,7 @@ ARCH_SECTIONS = {
 
 
 def load_build_tool():
-    spec = importlib.util.spec_from_file_location("fp4_gemm_build_tool", requires_repo_file("tools/build.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_module("fp4_gemm_build_tool", requires_repo_file("tools/build.py"))
 
 
 def all_capabilities(config: dict) -> set[str]:

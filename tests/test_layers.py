@@ -12,14 +12,13 @@ import pytest
 import torch
 from cases import make_random
 from checks import assert_bitwise_equal, assert_within_bound
-from conftest import HAS_CUDA, KERNEL_PATH
+from conftest import DEVICES, KERNEL_PATH
 from torch import nn
 
 pytestmark = pytest.mark.kernels_ci
 
 LAYERS = {"nvfp4": "NVFP4Linear", "mxfp4": "MXFP4Linear", "mxfp8": "MXFP8Linear"}
 MODES = {"nvfp4": "w4a4-nvfp4", "mxfp4": "w4a4-mxfp4", "mxfp8": "w8a8-mxfp8"}
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU"))]
 
 
 class QuantizedLinear(nn.Module):

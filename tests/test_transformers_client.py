@@ -16,30 +16,19 @@ Two tolerances, on the relative L2 error of the logits over a 16-token prompt:
 from __future__ import annotations
 
 import copy
-import importlib.util
-import sys
 
 import pytest
 import torch
-from conftest import HAS_CUDA, KERNEL_PATH, requires_repo_file
+from conftest import DEVICES, HAS_CUDA, KERNEL_PATH, load_module, requires_repo_file
 
 pytest.importorskip("transformers", reason="the client test needs transformers (requirements.txt)")
 
 KERNEL_TOLERANCE = 0.02
 QUANTIZATION_TOLERANCE = {"nvfp4": 0.45, "mxfp4": 0.55, "mxfp8": 0.15}
 PROMPT_TOKENS = 16
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU"))]
 
 
-def load_example():
-    spec = importlib.util.spec_from_file_location("kernelize_llama", requires_repo_file("examples/kernelize_llama.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-example = load_example()
+example = load_module("kernelize_llama", requires_repo_file("examples/kernelize_llama.py"))
 
 
 @pytest.fixture(scope="module")
