@@ -205,3 +205,15 @@ def test_variant_library_has_a_cubin_for_every_built_arch():
     cubin_archs = set(re.findall(r"\.sm_(\d+a?)\.cubin", listing.stdout))
     expected = {c.replace(".", "") for c in meta["backend"]["archs"]}
     assert expected <= cubin_archs, listing.stdout
+
+
+def test_ci_test_copies_kernel_builders_source_set():
+    """tools/ci_test.py's source set, as nix-builder/lib/source-set.nix selects it: build.toml, every
+    source of [torch] and [kernel.*], the *.py of torch-ext/ and tests/, nothing else."""
+    tool = load_module("fp4_gemm_ci_test", requires_repo_file("tools/ci_test.py"))
+    config = build_config()
+    files = set(tool.source_set(ROOT, config))
+    listed = {"build.toml", *config["torch"]["src"], *(s for k in config["kernel"].values() for s in k["src"])}
+    python = {str(p.relative_to(ROOT)) for d in ("torch-ext", "tests") for p in (ROOT / d).rglob("*.py")}
+    assert files == listed | {p for p in python if "__pycache__" not in p}
+    assert not files & {"pytest.ini", "flake.nix", "CARD.md", "tools/build.py", "benchmarks/benchmark_gemm.py"}

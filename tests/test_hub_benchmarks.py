@@ -4,7 +4,7 @@ discover_benchmark_classes) and runs its Benchmark subclasses' setup_/benchmark_
 
 from __future__ import annotations
 
-import os
+import json
 import shutil
 import subprocess
 import sys
@@ -19,7 +19,7 @@ UPLOADED = sorted(BENCHMARKS.glob("benchmark*.py"))
 
 def hub_repo(tmp_path: Path) -> Path:
     """A directory laid out like the Hub repo: the variant at the top, benchmarks/benchmark*.py only."""
-    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks").mkdir(parents=True)
     for script in UPLOADED:
         shutil.copy2(script, tmp_path / "benchmarks" / script.name)
     (tmp_path / variant_dir().name).symlink_to(variant_dir(), target_is_directory=True)
@@ -59,12 +59,22 @@ def test_uploaded_benchmark_loads_alone_with_verified_workloads(tmp_path, script
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="kernels benchmark runs on the GPU (its device is torch's CUDA backend)")
-def test_kernels_benchmark_runs_the_uploaded_scripts(tmp_path):
+def test_kernels_benchmark_runs_and_verifies_every_uploaded_workload(tmp_path):
     pytest.importorskip("tabulate", reason="kernels benchmark needs tabulate (requirements.txt)")
-    repo = hub_repo(tmp_path)
+    from kernels.cli.benchmark import discover_benchmark_classes
+
+    repo = hub_repo(tmp_path / "repo")
+    expected = {
+        f"{cls.__name__}.{name[len('benchmark_') :]}"
+        for script in sorted((repo / "benchmarks").glob("benchmark*.py"))
+        for cls in discover_benchmark_classes(script, repo)
+        for name in dir(cls)
+        if name.startswith("benchmark_")
+    }
     cli = "import sys; from kernels.cli import main; sys.argv[0] = 'kernels'; main()"
+    output = tmp_path / "result.json"
     command = [sys.executable, "-c", cli, "benchmark", str(repo), "--iterations", "3", "--warmup", "1"]
-    result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=600, env=dict(os.environ))
+    result = subprocess.run(command + ["--output", str(output)], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
-    for workload in ("DenseGemmBenchmark.nvfp4_m4096", "QuantizeBenchmark.nvfp4_m16384_k8192"):
-        assert workload in result.stderr, result.stderr[-4000:]
+    workloads = {entry["workload"]: entry.get("verified") for entry in json.loads(output.read_text())["results"]}
+    assert set(workloads) == expected and all(workloads.values()), workloads
