@@ -147,7 +147,7 @@ def test_nvfp4_checkpoint_global_scale_must_be_positive(fp4):
 
 
 def test_quantize_linear_rejects_an_unknown_recipe(fp4):
-    with pytest.raises(ValueError, match="recipe must be one of nvfp4, mxfp4, mxfp8"):
+    with pytest.raises(ValueError, match="recipe must be one of mxfp8, mxfp4, nvfp4, got .int4."):
         fp4.layers.quantize_linear(torch.zeros(16, 32), "int4")
 
 

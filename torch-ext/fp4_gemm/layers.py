@@ -42,7 +42,7 @@ NVFP4_GROUP = reference.NVFP4.group
 
 
 def _quantized_linear(module: nn.Module, x: torch.Tensor, mode: str) -> torch.Tensor:
-    rows = x.reshape(-1, x.shape[-1])
+    rows = x.reshape(-1, x.shape[-1]).contiguous()  # a no-op for the usual contiguous activations
     scale = getattr(module, "input_global_scale", 1.0)
     if scale != 1.0:
         rows = rows * scale
@@ -85,7 +85,7 @@ class MXFP8Linear(nn.Module):
 
 # ---- weights into layer attributes ------------------------------------------------------------
 
-RECIPES = {"nvfp4": "w4a4-nvfp4", "mxfp4": "w4a4-mxfp4", "mxfp8": "w8a8-mxfp8"}
+RECIPES = {fmt.name: mode for mode, fmt in reference.MODES.items()}  # "nvfp4" -> "w4a4-nvfp4", ...
 Attributes = dict[str, torch.Tensor | float | None]
 
 
