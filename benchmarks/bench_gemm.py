@@ -44,8 +44,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # gemm_peers, however this file is loaded
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its siblings, however this file is loaded
 import gemm_peers as peers  # noqa: E402
+from benchmark_gemm import Ours, ours_fn, ours_for, quantize  # noqa: E402
 
 Tensor = torch.Tensor
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,7 +60,6 @@ PEERS = ("cublas_bf16", "scaled_mm_fp8_rowwise", "dequant_mm", "triton_dequant_m
 # bf16 rounding of the output. The FP8 peer re-quantizes every element to 3 mantissa bits: 3.4-4.8% in a
 # float64 emulation of these formats and K; a broken peer (a transposed or misread scale) is off by O(1).
 CHECK_TOLERANCE = dict.fromkeys(PEERS, 1e-2) | {"scaled_mm_fp8_rowwise": 0.15}
-HALOPS_MODES = {"mxfp8": "w8a8-mxfp8", "mxfp4": "w4a4-mxfp4", "nvfp4": "w4a4-nvfp4"}
 DEFAULT_L2_BYTES = 60 * 2**20
 PEER_NOTES = {
     "cublas_bf16": "torch.mm(A_bf16, B_bf16.T), operands dequantized exactly once outside the timing",
@@ -69,50 +69,6 @@ PEER_NOTES = {
     "triton_dequant_mm": "one Triton kernel dequantizes A then B to bf16 (SfAtom offsets in-kernel), then torch.mm",
     "triton_dot_scaled": "Triton tl.dot_scaled, plain [rows, K/g] scales, one untuned config per M range",
 }
-
-
-# ---- what "ours" is, per format -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Ours:
-    op: str  # the public function timed
-    quantizer: str  # "group_wise_quant" or "flashrt": which quantizers produced the operands
-    out_dtype: torch.dtype
-
-
-def ours_for(fmt: str, nvfp4_op: str) -> Ours:
-    if fmt == "e0m3":
-        return Ours("e0m3_weight_gemm_fp16", "flashrt", torch.float16)
-    if fmt == "nvfp4" and nvfp4_op == "nvfp4_gemm_bf16":
-        return Ours("nvfp4_gemm_bf16", "flashrt", torch.bfloat16)
-    return Ours("dense_gemm", "group_wise_quant", torch.bfloat16)
-
-
-def quantize(fp4, x: Tensor, operand: peers.Operand, ours: Ours) -> tuple[Tensor, Tensor]:
-    """(values, swizzled scales) of a bf16 matrix, by the package's quantizer that feeds `ours`."""
-    if ours.quantizer == "group_wise_quant":
-        return fp4.group_wise_quant(x, HALOPS_MODES[operand.name])
-    if operand.name == "e0m3":
-        return fp4.quantize_e0m3_sfa_fp16(x.half())
-    return fp4.quantize_fp4_sfa_bf16(x)
-
-
-def ours_fn(fp4, ours: Ours, fmt: str, a: Tensor, sfa: Tensor, out: Tensor) -> Callable[[Tensor, Tensor], Tensor]:
-    """fn(b, sfb) -> out: our public function on the fixed activation (the weight is what rotates)."""
-    if ours.op == "e0m3_weight_gemm_fp16":
-        return lambda b, sfb: fp4.e0m3_weight_gemm_fp16(a, b, sfa, sfb, alpha=1.0, a_format=1, out=out)
-    if ours.op == "nvfp4_gemm_bf16":
-        return lambda b, sfb: fp4.nvfp4_gemm_bf16(a, b, sfa, sfb, 1.0, out)
-    # dense_gemm requires alpha for w4a4-nvfp4 (the second-level scale); the MX modes run without it
-    alpha = torch.ones(1, dtype=torch.float32, device=a.device) if fmt == "nvfp4" else None
-    mode = HALOPS_MODES[fmt]
-
-    def call(b: Tensor, sfb: Tensor) -> Tensor:
-        fp4.dense_gemm(a, b, sfa, sfb, out, alpha=alpha, mode=mode)
-        return out
-
-    return call
 
 
 def ours_backend(fp4, fmt: str, ours: Ours, m: int, n: int, k: int) -> str | None:

@@ -22,45 +22,9 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 import torch
+from benchmark_gemm import GEMM_OPERANDS, OPERANDS, Operand, mm_bt  # noqa: F401 (the peers' operand table)
 
 Tensor = torch.Tensor
-
-# ---- operand formats ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Operand:
-    """Block format of one GEMM operand as the package stores it (docs/FORMATS.md)."""
-
-    name: str
-    group: int  # elements per scale byte, along K
-    element: str  # "e4m3" | "e2m1" | "e0m3"
-    scale: str  # "ue8m0" | "ue4m3"
-
-    @property
-    def packed(self) -> bool:
-        """4-bit elements, two per byte (element 2i in the low nibble)."""
-        return self.element != "e4m3"
-
-    def stored_cols(self, k: int) -> int:
-        return k // 2 if self.packed else k
-
-
-OPERANDS = {
-    "mxfp8": Operand("mxfp8", 32, "e4m3", "ue8m0"),
-    "mxfp4": Operand("mxfp4", 32, "e2m1", "ue8m0"),
-    "nvfp4": Operand("nvfp4", 16, "e2m1", "ue4m3"),
-    "e0m3": Operand("e0m3", 16, "e0m3", "ue4m3"),
-}
-
-# benchmark format -> (A operand, B operand); "e0m3" is E0M3 weights with NVFP4 activations
-GEMM_OPERANDS = {
-    "mxfp8": (OPERANDS["mxfp8"], OPERANDS["mxfp8"]),
-    "mxfp4": (OPERANDS["mxfp4"], OPERANDS["mxfp4"]),
-    "nvfp4": (OPERANDS["nvfp4"], OPERANDS["nvfp4"]),
-    "e0m3": (OPERANDS["nvfp4"], OPERANDS["e0m3"]),
-}
-
 
 # ---- scale layout -------------------------------------------------------------------------------
 
@@ -153,11 +117,6 @@ class TorchDequant:
         s = self.scales[scales.reshape(-1)[self.index].int()]
         g = self.operand.group
         return (x.view(self.rows, -1, g) * s.view(self.rows, -1, 1)).view(self.rows, self.k)
-
-
-def mm_bt(a: Tensor, b: Tensor, out: Tensor | None = None) -> Tensor:
-    """a @ b^T with cuBLAS (bf16 operands, fp32 accumulation, bf16 output)."""
-    return torch.mm(a, b.t(), out=out)
 
 
 # ---- FP8 row-wise (torch._scaled_mm) ------------------------------------------------------------

@@ -1,4 +1,13 @@
-"""Loads the built variant the way consumers do, once per session, and the reference on its own."""
+"""Loads the built variant the way consumers do, once per session, and the reference on its own.
+
+Where the build is, in this order:
+- FP4_GEMM_BUILD_DIR: a tools/build.py --build-dir;
+- LOCAL_KERNELS=<repo-id>=<path> for this package's repo id (kernels' local override; kernel-builder's
+  ci-test sets it to its output, whose variants sit at the top level);
+- a variant directory on PYTHONPATH (ci-test puts <output>/<variant> there);
+- <repo>/build (tools/build.py's default).
+The repo id is build.toml's [general.hub] repo-id.
+"""
 
 from __future__ import annotations
 
@@ -14,32 +23,86 @@ import tomllib
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-# The build under test: build/ (tools/build.py's default), or another --build-dir named here.
-BUILD_DIR = Path(os.environ.get("FP4_GEMM_BUILD_DIR", ROOT / "build")).resolve()
-# What a consumer names to load it (get_local_kernel, LOCAL_KERNELS): the repository, or that dir.
-KERNEL_PATH = ROOT if BUILD_DIR == ROOT / "build" else BUILD_DIR
-REPO_ID = "org/fp4-gemm"
-HAS_CUDA = torch.cuda.is_available()
-
-requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU (run on the device machine)")
-
-
-def load_reference() -> ModuleType:
-    """reference.py straight from the source tree: it must import without the compiled extension."""
-    path = ROOT / "torch-ext" / "fp4_gemm" / "reference.py"
-    spec = importlib.util.spec_from_file_location("fp4_gemm_reference", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
+VARIANT_GLOB = "torch*-linux"
 
 
 def build_config() -> dict:
     return tomllib.loads((ROOT / "build.toml").read_text())
 
 
+REPO_ID: str = build_config()["general"]["hub"]["repo-id"]
+
+
+def is_variant(path: Path) -> bool:
+    return path.match(VARIANT_GLOB) and (path / "metadata.json").is_file()
+
+
+def local_kernels_path(value: str, repo_id: str) -> Path | None:
+    """The path LOCAL_KERNELS ("id=path:id=path") gives repo_id, as kernels parses it."""
+    for entry in filter(None, value.split(":")):
+        name, _, path = entry.partition("=")
+        if name == repo_id and path:
+            return Path(path)
+    return None
+
+
+def locate_build(environ: dict[str, str], root: Path, repo_id: str) -> tuple[Path, Path]:
+    """(directory holding the variants, what a consumer names to load them: get_local_kernel's path)."""
+    if environ.get("FP4_GEMM_BUILD_DIR"):
+        build = Path(environ["FP4_GEMM_BUILD_DIR"]).resolve()
+        return build, root if build == root / "build" else build
+    overridden = local_kernels_path(environ.get("LOCAL_KERNELS", ""), repo_id)
+    if overridden is not None:
+        overridden = overridden.resolve()
+        build = overridden / "build" if (overridden / "build").is_dir() else overridden
+        return build, overridden
+    for entry in filter(None, environ.get("PYTHONPATH", "").split(os.pathsep)):
+        if is_variant(Path(entry).resolve()):
+            return Path(entry).resolve().parent, Path(entry).resolve().parent
+    return root / "build", root
+
+
+BUILD_DIR, KERNEL_PATH = locate_build(dict(os.environ), ROOT, REPO_ID)
+HAS_CUDA = torch.cuda.is_available()
+
+requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU (run on the device machine)")
+# a `device` parametrization: the CPU (the reference) always, the GPU where there is one
+DEVICES = ["cpu", pytest.param("cuda", marks=requires_cuda)]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # kernel-builder's ci-test runs on a source set without pytest.ini: register the markers here too
+    config.addinivalue_line("markers", "kernels_ci: the fast subset for kernel-builder's ci-test")
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped with a reason elsewhere")
+    config.addinivalue_line("markers", "machine_code: checks the cubins and SASS of the built library")
+
+
+def requires_repo_file(relative: str) -> Path:
+    """A repository file that kernel-builder's source set (build.toml, sources, *.py of torch-ext and
+    tests) leaves out; the test skips where it is absent, as in ci-test."""
+    path = ROOT / relative
+    if not path.exists():
+        reason = f"{relative} is not in this source tree (kernel-builder's ci-test copies only its source set)"
+        pytest.skip(reason, allow_module_level=True)
+    return path
+
+
+def load_module(name: str, path: Path) -> ModuleType:
+    """A Python file of the repository imported as module `name` (registered: dataclasses look it up)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_reference() -> ModuleType:
+    """reference.py straight from the source tree: it must import without the compiled extension."""
+    return load_module("fp4_gemm_reference", ROOT / "torch-ext" / "fp4_gemm" / "reference.py")
+
+
 def variant_dirs() -> list[Path]:
-    return sorted(p for p in BUILD_DIR.glob("torch*-linux") if (p / "metadata.json").exists())
+    return sorted(p for p in BUILD_DIR.glob(VARIANT_GLOB) if is_variant(p))
 
 
 def variant_dir() -> Path:
@@ -55,7 +118,7 @@ def variant_metadata() -> dict:
 
 @pytest.fixture(scope="session")
 def fp4() -> ModuleType:
-    """The package as consumers get it: kernels.get_local_kernel on the repository root."""
+    """The package as consumers get it: kernels.get_local_kernel on the build's repository path."""
     from kernels import get_local_kernel
 
     variant_dir()

@@ -11,12 +11,12 @@ from __future__ import annotations
 import importlib.util
 import math
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import requires_repo_file
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+BENCHMARKS = requires_repo_file("benchmarks")
 sys.path.insert(0, str(BENCHMARKS))
 import bench_gemm  # noqa: E402
 import gemm_peers as peers  # noqa: E402

@@ -144,6 +144,7 @@ def scaled_mma(cc: int, fmt: str) -> re.Pattern:
     return re.compile(SCALED_MMA[(120 if cc == 120 else 100, fmt)])
 
 
+@pytest.mark.machine_code
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("cc", BLACKWELL)
 def test_library_has_each_blackwell_kernel_of_the_table(dispatch_probe, cc, fmt):
@@ -152,6 +153,7 @@ def test_library_has_each_blackwell_kernel_of_the_table(dispatch_probe, cc, fmt)
     assert formats.count(fmt) == kernel_count(dispatch_probe, cc, fmt), f"sm_{cc}a {fmt}: {formats.count(fmt)}"
 
 
+@pytest.mark.machine_code
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("cc", BLACKWELL)
 def test_each_blackwell_kernel_issues_the_block_scaled_mma_of_its_format(cc, fmt):
@@ -163,6 +165,7 @@ def test_each_blackwell_kernel_issues_the_block_scaled_mma_of_its_format(cc, fmt
         assert pattern.search(sass), f"sm_{cc}a {fmt}: no {pattern.pattern!r} in {name[:160]}"
 
 
+@pytest.mark.machine_code
 @pytest.mark.parametrize("cc", BLACKWELL)
 def test_library_has_one_stream_k_kernel_per_arch_of_nvfp4_to_bf16(cc):
     """The streamk functions' kernel: GemmUniversal with CUTLASS's stream-K scheduler tag, NVFP4
@@ -174,6 +177,7 @@ def test_library_has_one_stream_k_kernel_per_arch_of_nvfp4_to_bf16(cc):
     assert fmt == "nvfp4" and "10bfloat16_t" in name, name[:200]
 
 
+@pytest.mark.machine_code
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("cc", BLACKWELL)
 def test_library_has_the_grouped_kernels_and_their_argument_kernels(cc, fmt):
@@ -189,6 +193,7 @@ def test_library_has_the_grouped_kernels_and_their_argument_kernels(cc, fmt):
         assert any(kernel in name for name in all_kernels(cc)), f"sm_{cc}a: no {kernel}"
 
 
+@pytest.mark.machine_code
 def test_sm100_and_sm110_kernels_are_distinct_symbols():
     """The same recipe compiles for sm_100a and sm_110a in two units; distinct kernel types keep each
     section's launches on its own cubin (identical ones would share one host stub)."""

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import KERNEL_PATH, REPO_ID, variant_dir, variant_metadata
+from conftest import KERNEL_PATH, REPO_ID, ROOT, locate_build, variant_dir, variant_metadata
 
 pytestmark = pytest.mark.kernels_ci
 
@@ -62,8 +62,9 @@ def test_get_kernel_loads_in_a_fresh_interpreter():
 
 
 def test_ops_namespace_is_unique_per_build(fp4):
+    """tools/build.py names it _fp4_gemm_<content hash>; kernel-builder _fp4_gemm_cuda_<git revision>."""
     namespace = fp4.ops.name
-    assert re.fullmatch(r"_fp4_gemm_[0-9a-f]{10}", namespace), namespace
+    assert re.fullmatch(r"_fp4_gemm_([0-9a-f]{10}|cuda_\w+)", namespace), namespace
     assert variant_metadata()["id"] == namespace
 
 
@@ -72,3 +73,30 @@ def test_quantize_op_has_its_full_schema(fp4):
     assert schema.endswith(
         "::quantize(Tensor input, str recipe, bool swizzle, bool pdl, Tensor(a!) values, Tensor(b!) scales) -> ()"
     ), schema
+
+
+def test_build_is_found_through_fp4_gemm_build_dir_first(tmp_path):
+    environ = {"FP4_GEMM_BUILD_DIR": str(tmp_path), "LOCAL_KERNELS": f"{REPO_ID}=/elsewhere"}
+    assert locate_build(environ, ROOT, REPO_ID) == (tmp_path, tmp_path)
+
+
+def test_build_is_found_through_local_kernels_as_ci_test_sets_it(tmp_path):
+    environ = {"LOCAL_KERNELS": f"other/kernel=/x:{REPO_ID}={tmp_path}", "PYTHONPATH": "/y"}
+    assert locate_build(environ, ROOT, REPO_ID) == (tmp_path, tmp_path)
+
+
+def test_build_is_found_in_the_build_dir_of_a_local_kernels_checkout(tmp_path):
+    (tmp_path / "build").mkdir()
+    assert locate_build({"LOCAL_KERNELS": f"{REPO_ID}={tmp_path}"}, ROOT, REPO_ID) == (tmp_path / "build", tmp_path)
+
+
+def test_build_is_found_through_a_variant_on_pythonpath(tmp_path):
+    variant = tmp_path / "torch211-cxx11-cu130-x86_64-linux"
+    variant.mkdir()
+    (variant / "metadata.json").write_text("{}")
+    environ = {"PYTHONPATH": os.pathsep.join(["/unrelated", str(variant)])}
+    assert locate_build(environ, ROOT, REPO_ID) == (tmp_path, tmp_path)
+
+
+def test_build_defaults_to_the_checkouts_build_dir():
+    assert locate_build({}, ROOT, REPO_ID) == (ROOT / "build", ROOT)

@@ -9,8 +9,9 @@ links one abi3 extension and writes the Hub layout that kernel-builder produces:
         __init__.py ... (torch-ext/fp4_gemm/)   _ops.py (generated)   _fp4_gemm_<id>.abi3.so
         metadata.json                           fp4_gemm/__init__.py (compat entry)
 
-    python tools/build.py                 # every arch in build.toml
-    python tools/build.py --archs 9.0a    # a subset, for fast iteration on one GPU
+    python tools/build.py                 # this machine's GPU arch; without a GPU, every arch
+    python tools/build.py --archs all     # every arch in build.toml (what CI and releases build)
+    python tools/build.py --archs 9.0a    # a subset
 """
 
 from __future__ import annotations
@@ -57,12 +58,43 @@ class Section:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--archs", help="comma- or space-separated capabilities to build, e.g. '9.0a'")
+    parser.add_argument(
+        "--archs",
+        help="comma- or space-separated capabilities to build, e.g. '9.0a', or 'all' (default: the GPU's "
+        "capability when torch sees a GPU, else all)",
+    )
     parser.add_argument("-j", "--jobs", type=int, default=2, help="parallel compilations (a CUTLASS unit needs ~5 GB)")
     parser.add_argument(
         "--build-dir", type=Path, default=ROOT / "build", help="where the variant goes (default build/)"
     )
     return parser.parse_args()
+
+
+def build_toml_capabilities(config: dict) -> list[str]:
+    caps = {c for kernel in config.get("kernel", {}).values() for c in kernel["cuda-capabilities"]}
+    return sorted(caps, key=capability_key)
+
+
+def default_archs(config: dict, gpu: tuple[int, int] | None) -> tuple[set[str] | None, str]:
+    """What to build without --archs, and why: the GPU's own capability when build.toml lists it
+    (one arch compiles in a fraction of the time), else every arch (None)."""
+    if gpu is None:
+        return None, "no GPU visible to torch: every arch in build.toml"
+    matching = [c for c in build_toml_capabilities(config) if capability_key(c) == gpu]
+    if not matching:
+        return None, f"this GPU's capability {gpu[0]}.{gpu[1]} is not in build.toml: every arch"
+    return set(matching), f"this machine's GPU (capability {gpu[0]}.{gpu[1]}): {', '.join(matching)} only"
+
+
+def wanted_archs(archs: str | None, config: dict) -> tuple[set[str] | None, str]:
+    """The --archs selection (None = every arch in build.toml) and a line saying how it was chosen."""
+    if archs is None:
+        gpu = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+        wanted, why = default_archs(config, gpu)
+        return wanted, f"{why} (--archs all builds every arch)"
+    if archs.strip() == "all":
+        return None, "--archs all: every arch in build.toml"
+    return set(re.split(r"[,\s]+", archs.strip())), f"--archs {archs}"
 
 
 def nvcc_path() -> Path:
@@ -208,6 +240,19 @@ globals().update({{name: value for name, value in vars(_variant).items() if not 
 """
 
 
+def cudart_ldflags() -> list[str]:
+    """Link flags for the toolkit's CUDA runtime: lib64/libcudart.so of a system toolkit, or the
+    versioned lib/libcudart.so.<major> that the PyPI nvidia-cuda-runtime wheel ships."""
+    home = Path(cpp_extension.CUDA_HOME)
+    for lib in (home / "lib64", home / "lib"):
+        if (lib / "libcudart.so").exists():
+            return [f"-L{lib}", "-lcudart"]
+        versioned = sorted(lib.glob("libcudart.so.[0-9]*"))
+        if versioned:
+            return [f"-L{lib}", f"-l:{versioned[0].name}"]
+    sys.exit(f"no libcudart under {home}/lib64 or {home}/lib (set CUDA_HOME to a CUDA toolkit)")
+
+
 def ninja_escape(path: str) -> str:
     return path.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
 
@@ -269,9 +314,7 @@ def write_ninja(sections: list[Section], torch_sources: list[str], ops_name: str
             add_unit(source, section.name, unit + inc(section_includes))
 
     torch_lib = cpp_extension.library_paths("cuda")[0]
-    cuda_lib = Path(cpp_extension.CUDA_HOME) / "lib64"
-    ldflags = [f"-L{torch_lib}", "-lc10", "-lc10_cuda", "-ltorch", "-ltorch_cpu", "-ltorch_cuda"]
-    ldflags += [f"-L{cuda_lib}", "-lcudart"]
+    ldflags = [f"-L{torch_lib}", "-lc10", "-lc10_cuda", "-ltorch", "-ltorch_cpu", "-ltorch_cuda", *cudart_ldflags()]
     lines.append(f"build {ninja_escape(str(library))}: link {' '.join(ninja_escape(o) for o in objects)}")
     lines.append(f"  ldflags = {flags(ldflags)}")
     (work / "build.ninja").write_text("\n".join(lines) + "\n")
@@ -321,7 +364,8 @@ def write_variant(variant: Path, library: Path, ops_name: str, config: dict, arc
 def main() -> None:
     args = parse_args()
     config = tomllib.loads((ROOT / "build.toml").read_text())
-    wanted = set(re.split(r"[,\s]+", args.archs.strip())) if args.archs else None
+    wanted, why = wanted_archs(args.archs, config)
+    print(f"archs: {why}")
     cuda = nvcc_version()
     sections = load_sections(config, wanted, cuda)
     if not sections:

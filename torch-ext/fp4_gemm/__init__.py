@@ -8,10 +8,11 @@ Load it as a kernels-hub package::
 Two API families over one implementation: the halops-style functions (_halops.py) and the
 flashrt-style NVFP4 functions (_nvfp4.py). Every function takes CPU tensors (the exact reference)
 or CUDA tensors (native kernels where capabilities() says so, else the reference on the GPU).
-The numeric contract is docs/FORMATS.md; reference.py implements it.
+The numeric contract is docs/FORMATS.md; reference.py implements it. `layers` holds the kernels-hub
+layers for `kernels.kernelize` (a submodule, like reference, not one of the functions of __all__).
 """
 
-from . import _registry, reference  # noqa: F401  (_registry registers the ops' implementations)
+from . import _registry, layers, reference  # noqa: F401  (_registry registers the ops' implementations)
 from ._capabilities import (
     NVFP4_BLOCK_SIZE,
     NVFP4_SCALE_TILE_BLOCKS,
