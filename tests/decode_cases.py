@@ -18,11 +18,8 @@ EXPERT_SHAPES = [(4096, 7168), (7168, 2048), (2048, 7168), (1536, 7168)]
 def quantize(ref, fmt: str, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantization by the reference (on x's device), with the scale buffer the public functions of
     fmt take."""
-    if fmt == "nvfp4":
-        return ref.quantize_fp4_sfa_bf16(x)
-    if fmt == "e0m3":
-        return ref.quantize_e0m3_sfa_fp16(x.half())
-    return ref.group_wise_quant(x, MODES[fmt])
+    values, scales = ref.quantize(x.half() if fmt == "e0m3" else x, ref.FORMATS[fmt], swizzle=True)
+    return values, scales.reshape(-1) if fmt in ("nvfp4", "e0m3") else scales
 
 
 def random_bf16(rows: int, cols: int, seed: int, scale: float = 1.0, device: str = "cpu") -> torch.Tensor:
