@@ -148,8 +148,27 @@ CASES: dict[str, Callable[[int], tuple[list, dict]]] = {
     "nvfp4_gemm_relu2_nvfp4": lambda seed: (_gemm_operands(seed), {}),
     "sfa_size_bytes": lambda seed: ([300, 5120], {}),
     "aligned_fp4_dim": lambda seed: ([4304], {"alignment": 32}),
+    "quantize_fp4_sfa_bf16_pdl": _quantizer(torch.bfloat16),
+    "fp4_w4a4_gemm_warpsplit_mrows_pdl_bf16": lambda seed: (_gemm_operands(seed, m=16), {"warps": 2}),
+    "fp4_w4a4_gemv_warpsplit_bf16": lambda seed: (_gemm_operands(seed, m=1), {"warps": 2, "stages": 2}),
+    "allocate_w4a16_marlin_workspace": lambda seed: (["cpu"], {}),
+    "adopt_nvfp4_w4a16_marlin": lambda seed: _modelopt_layer(seed),
+    "nvfp4_w4a16_marlin_bf16": lambda seed: _w4a16(seed),
     "nvfp4_gemm_m256_workspace_size": lambda seed: (_gemm_operands(seed, m=512), {}),
 }
+
+
+def _modelopt_layer(seed: int) -> tuple[list, dict]:
+    """One ModelOpt NVFP4 layer: packed codes [N, K/2], row-major e4m3 scales [N, K/16], scale_2."""
+    b, sfb = nvfp4_operand(N, K, seed)
+    plain = ref.unswizzle_scales(sfb, N, K // 16).contiguous().view(torch.float8_e4m3fn)
+    return [b, plain, torch.tensor([0.5], dtype=torch.float32)], {}
+
+
+def _w4a16(seed: int) -> tuple[list, dict]:
+    b, sfb = nvfp4_operand(N, K, seed + 1)
+    workspace = torch.zeros(1, dtype=torch.int32)
+    return [_rand(M, K, seed=seed), b, sfb, torch.tensor([0.5], dtype=torch.float32)], {"workspace": workspace}
 
 
 def _gemv(seed: int) -> tuple[list, dict]:

@@ -41,7 +41,15 @@ FLASHRT = [
     "nvfp4_gemm_m256_workspace_size", "nvfp4_gemm_m256_bf16", "e0m3_weight_gemm_fp16", "nvfp4_gemm_relu2_nvfp4",
 ]  # fmt: skip
 # what the flashrt package added since its seed card (shared/spec/flashrt-head.md) and this package has
-FLASHRT_HEAD = ["aligned_fp4_dim"]
+FLASHRT_HEAD = [
+    "aligned_fp4_dim",
+    "quantize_fp4_sfa_bf16_pdl",
+    "fp4_w4a4_gemm_warpsplit_mrows_pdl_bf16",
+    "fp4_w4a4_gemv_warpsplit_bf16",
+    "allocate_w4a16_marlin_workspace",
+    "adopt_nvfp4_w4a16_marlin",
+    "nvfp4_w4a16_marlin_bf16",
+]
 FLASHRT_CONSTANTS = [
     "NVFP4_BLOCK_SIZE",
     "NVFP4_SCALE_TILE_ROWS",
@@ -50,7 +58,7 @@ FLASHRT_CONSTANTS = [
     "SUPPORTED_CUDA_CAPABILITIES",
 ]
 CALLABLE = sorted(CASES)
-HOST_ONLY = ("sfa_size_bytes", "nvfp4_gemm_m256_workspace_size", "aligned_fp4_dim")
+HOST_ONLY = ("sfa_size_bytes", "nvfp4_gemm_m256_workspace_size", "aligned_fp4_dim", "allocate_w4a16_marlin_workspace")
 TRACEABLE = [name for name in CALLABLE if name not in HOST_ONLY]
 
 

@@ -30,6 +30,7 @@ NATIVE = (
     "group_wise_quant",
     "quantize_fp4_sfa_fp16",
     "quantize_fp4_sfa_bf16",
+    "quantize_fp4_sfa_bf16_pdl",
     "quantize_fp4_sfa_mse_fp16",
     "quantize_fp4_sfa_mse_bf16",
     "quantize_e0m3_sfa_fp16",
@@ -42,8 +43,17 @@ NATIVE = (
     "fp4_repack_b_interleaved_sm120",
     "fp4_w4a4_gemv_warpsplit_interleaved_bf16",
     "fp4_w4a4_gemm_warpsplit_mrows_bf16",
+    "fp4_w4a4_gemm_warpsplit_mrows_pdl_bf16",
+    "fp4_w4a4_gemv_warpsplit_bf16",
 )
-HOST_ONLY = ("sfa_size_bytes", "capabilities", "nvfp4_gemm_m256_workspace_size", "aligned_fp4_dim")
+HOST_ONLY = (
+    "sfa_size_bytes",
+    "capabilities",
+    "nvfp4_gemm_m256_workspace_size",
+    "aligned_fp4_dim",
+    "allocate_w4a16_marlin_workspace",
+    "adopt_nvfp4_w4a16_marlin",
+)
 # every other GEMM: its status depends on the arch's backends (csrc/gemm/dispatch)
 GEMMS = tuple(sorted(set(CASES) - set(NATIVE) - set(HOST_ONLY)))
 WITH_OPS = NATIVE + GEMMS
@@ -66,6 +76,7 @@ HOPPER_ENGINE = (
     "nvfp4_gemm_streamk_bf16",
     "nvfp4_gemm_streamk_bias_bf16",
     "nvfp4_gemm_variant_bf16",
+    "nvfp4_w4a16_marlin_bf16",
 )
 # the NVFP4-output and GeGLU GEMMs, which the staged backend serves from a float32 result of the
 # Hopper engine (on sm_100/110/120 from the Blackwell kernels' float32 stage)
@@ -487,10 +498,16 @@ def test_flashrt_keys_state_this_packages_tiers(fp4):
 
 
 def test_flashrt_keys_claim_nothing_unmeasured(fp4):
-    """No sm_120 GPU has run this package's kernels, and it has no W4A16 (Marlin) tier."""
+    """No sm_120 GPU has run this package's kernels: no (N, K) is called qualified there."""
     caps = fp4.capabilities()
     assert caps["sm120_m256_qualified_nk"] == caps["sm120_m256_diagnostic_nk"] == ()
-    assert all(caps[key] is None for key in FLASHRT_KEYS if key.startswith("sm120_w4a16_marlin"))
+
+
+def test_flashrt_w4a16_keys_describe_this_packages_tier(fp4):
+    caps = fp4.capabilities()
+    assert caps["sm120_w4a16_marlin_k_alignment"] == 32 and caps["sm120_w4a16_marlin_n_alignment"] == 1
+    assert caps["sm120_w4a16_marlin_weight_layout"] in caps["layouts"]
+    assert caps["sm120_w4a16_marlin_scale_layout"] in caps["layouts"]
 
 
 @pytest.mark.parametrize("variant", [7, 10])

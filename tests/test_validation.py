@@ -1042,9 +1042,28 @@ ALIGNED = [
     case("aligned_fp4_dim", "alignment-0", kwarg("alignment", 0), ALIGNMENT),
 ]
 
+# the PDL twins, the standard-layout GEMV and the W4A16 tier (flashrt HEAD); api_cases gives their valid calls
+ADOPT, MARLIN = "adopt_nvfp4_w4a16_marlin", "nvfp4_w4a16_marlin_bf16"
+FLASHRT_HEAD_TIERS = [
+    case("quantize_fp4_sfa_bf16_pdl", "fp16-input", arg(0, lambda x: x.half()), "x must have dtype"),
+    case("fp4_w4a4_gemm_warpsplit_mrows_pdl_bf16", "m-17", arg(0, lambda a: torch.cat([a, a[:1]])), "1 <= M <= 16"),
+    case("fp4_w4a4_gemv_warpsplit_bf16", "m-2", arg(0, lambda a: torch.cat([a, a])), "serves M = 1 only, got M=2"),
+    case("fp4_w4a4_gemv_warpsplit_bf16", "warps-3", kwarg("warps", 3), "warps must be one of (2, 4, 8)"),
+    case("allocate_w4a16_marlin_workspace", "not-a-device", arg(0, "gpu0"), "device"),
+    case(ADOPT, "weight-int8", arg(0, lambda w: w.view(torch.int8)), "weight_packed must have dtype"),
+    case(ADOPT, "k-16", arg(0, lambda w: w[:, :8].contiguous()), "K (16) must be a positive multiple of 32"),
+    case(ADOPT, "scale-shape", arg(1, lambda s: s[:, :-1].contiguous()), "weight_scale must have shape"),
+    case(ADOPT, "scale-2-two-values", arg(2, torch.ones(2)), "weight_scale_2 must hold one float32"),
+    case(MARLIN, "x-packed", arg(0, lambda x: x.view(torch.uint8)), "x must have dtype"),
+    case(MARLIN, "k-mismatch", arg(0, lambda x: x[:, :64].contiguous()), "x and weight must have the same K"),
+    case(MARLIN, "no-workspace", kwarg("workspace", None), "workspace is required"),
+    case(MARLIN, "global-scale-two", arg(3, torch.ones(2)), "global_scale must have shape (1,)"),
+    case(MARLIN, "out-fp16", given("out", lambda: torch.zeros(40, 64, dtype=FP16)), "out must have dtype"),
+]
+
 RULES = [
     *GROUP_WISE_QUANT, *DENSE, *BATCH, *CONTIGUOUS, *MASKED, *SWIGLU, *PERMUTE,
-    *QUANTIZERS, *PADDING, *DEQUANTIZE, *GEMMS, *TIERS, *SIZES, *RELIABILITY, *ALIGNED,
+    *QUANTIZERS, *PADDING, *DEQUANTIZE, *GEMMS, *TIERS, *SIZES, *RELIABILITY, *ALIGNED, *FLASHRT_HEAD_TIERS,
 ]  # fmt: skip
 
 

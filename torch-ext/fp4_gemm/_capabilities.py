@@ -43,6 +43,7 @@ FUNCTION_OPS = {
     "group_wise_quant": "quantize",
     "quantize_fp4_sfa_fp16": "quantize",
     "quantize_fp4_sfa_bf16": "quantize",
+    "quantize_fp4_sfa_bf16_pdl": "quantize",
     "quantize_fp4_sfa_mse_fp16": "quantize",
     "quantize_fp4_sfa_mse_bf16": "quantize",
     "quantize_fp4_sfa_padded_bf16": "quantize",
@@ -81,10 +82,22 @@ FLASHRT_GEMMS = (
     "e0m3_weight_gemm_fp16",
     "fp4_w4a4_gemv_warpsplit_interleaved_bf16",
     "fp4_w4a4_gemm_warpsplit_mrows_bf16",
+    "fp4_w4a4_gemm_warpsplit_mrows_pdl_bf16",
+    "fp4_w4a4_gemv_warpsplit_bf16",
     "nvfp4_gemm_m256_bf16",
+    "nvfp4_w4a16_marlin_bf16",
 )
 FUNCTION_OPS.update(dict.fromkeys([*HALOPS_GEMMS, *FLASHRT_GEMMS], "gemm"))
-HOST_FUNCTIONS = ("sfa_size_bytes", "capabilities", "nvfp4_gemm_m256_workspace_size", "aligned_fp4_dim")
+# No kernel of the package: host arithmetic, or (the W4A16 tier's bind-time helpers) plain torch ops
+# on the tensors' device.
+HOST_FUNCTIONS = (
+    "sfa_size_bytes",
+    "capabilities",
+    "nvfp4_gemm_m256_workspace_size",
+    "aligned_fp4_dim",
+    "allocate_w4a16_marlin_workspace",
+    "adopt_nvfp4_w4a16_marlin",
+)
 
 # The representative arguments: every M tier (the decode GEMV, the largest M of the M <= 16
 # kernels, the general engines, the M >= 512 tier) at N = K = 4096; grouped calls have 8 groups of
@@ -126,15 +139,26 @@ def _flashrt_arguments(function: Callable) -> Iterator[tuple[list, dict]]:
             yield [a, b, sfa, sfb], {name: make(m) for name, make in chosen}
 
 
-def _halops_arguments(function: Callable) -> Iterator[tuple[list, dict]]:
-    """Candidate calls of a halops GEMM: each mode, with and without a bias, alpha given (required in
-    w4a4-nvfp4); grouped ones with QUERY_GROUPS groups of each of QUERY_GROUP_ROWS rows."""
+def _w4a16_arguments(function: Callable) -> Iterator[tuple[list, dict]]:
+    """Candidate calls of nvfp4_w4a16_marlin_bf16: bf16 x of each M of QUERY_M (and one above the
+    m256 tier's 512: the W4A16 tier serves every M), the adopted NVFP4 weight."""
+    for m in (*QUERY_M, 1024):
+        x = _fake(m, QUERY_K, dtype=torch.bfloat16)
+        b, sfb = _values((QUERY_N,), reference.NVFP4)
+        yield [x, b, sfb, _fake(1, dtype=torch.float32)], {"workspace": _fake(132, dtype=torch.int32)}
+
+
+def _halops_arguments(function: Callable, weight_only: bool = False) -> Iterator[tuple[list, dict]]:
+    """Candidate calls of a halops GEMM: each mode (the w4a16 ones when weight_only), with and without
+    a bias, alpha given (required in w4a4-nvfp4); grouped ones with QUERY_GROUPS groups of each of
+    QUERY_GROUP_ROWS rows."""
     grouping = HALOPS_GEMMS[function.__name__]
     groups = 1 if grouping == "dense" else QUERY_GROUPS
     n = QUERY_N
-    for mode, fmt in reference.MODES.items():
+    for mode, fmt in (reference.W4A16_MODES if weight_only else reference.MODES).items():
         for rows, with_bias in itertools.product(QUERY_M if grouping == "dense" else QUERY_GROUP_ROWS, (False, True)):
-            a, sfa = _values((groups, rows) if grouping == "batched" else (groups * rows,), fmt)
+            a_rows = (groups, rows) if grouping == "batched" else (groups * rows,)
+            a, sfa = (_fake(*a_rows, QUERY_K, dtype=torch.bfloat16), None) if weight_only else _values(a_rows, fmt)
             b, sfb = _values((n,) if grouping == "dense" else (groups, n), fmt)
             out = _fake(*a.shape[:-1], n, dtype=torch.bfloat16)
             index = {"contiguous": (groups * rows,), "masked": (groups,)}.get(grouping)  # expert ids, counts
@@ -168,10 +192,14 @@ def _on_meta(call: GemmCall) -> GemmCall:
 
 
 @functools.cache
-def gemm_calls(function: str) -> tuple[GemmCall, ...]:
-    """The `gemm` calls a public GEMM function makes for its representative arguments, on meta tensors."""
+def gemm_calls(function: str, weight_only: bool = False) -> tuple[GemmCall, ...]:
+    """The `gemm` calls a public GEMM function makes for its representative arguments, on meta tensors
+    (a halops GEMM's weight-only w4a16 modes when weight_only)."""
     if function in HALOPS_GEMMS:
-        fn, candidates = getattr(_halops, function), _halops_arguments
+        fn = getattr(_halops, function)
+        candidates = functools.partial(_halops_arguments, weight_only=weight_only)
+    elif function == "nvfp4_w4a16_marlin_bf16":
+        fn, candidates = getattr(_nvfp4, function), _w4a16_arguments
     else:
         fn, candidates = getattr(_nvfp4, function), _flashrt_arguments
     recorder = _GemmRecorder()
@@ -194,12 +222,12 @@ def built_archs() -> list[str]:
     return list(json.loads(metadata.read_text())["backend"]["archs"])
 
 
-def op_status(function: str, op: str, arch: str, built: list[str]) -> str:
+def op_status(function: str, op: str, arch: str, built: list[str], weight_only: bool = False) -> str:
     if op not in NATIVE_CUDA_OPS:
         return "reference"  # PyTorch ops on the device: any CUDA GPU
     if ARCHS[arch] not in built:
         return "unsupported"  # the kernel exists, but this build has no code for the arch
-    if op == "gemm" and not all(call.backend(int(arch[3:])) for call in gemm_calls(function)):
+    if op == "gemm" and not all(call.backend(int(arch[3:])) for call in gemm_calls(function, weight_only)):
         return "reference"
     return "native" if arch in RUN_ARCHS else "native (compile-verified)"
 
@@ -216,6 +244,15 @@ def _function_status() -> dict[str, dict[str, str]]:
     return table
 
 
+@functools.cache
+def _w4a16_mode_status() -> dict[str, dict[str, str]]:
+    built = built_archs()
+    return {
+        name: {arch: op_status(name, "gemm", arch, built, weight_only=True) for arch in ARCHS} | {"cpu": "reference"}
+        for name in HALOPS_GEMMS
+    }
+
+
 def function_status() -> dict[str, dict[str, str]]:
     """Per public function, per arch and cpu: its status (a fresh copy: the table depends only on the build)."""
     return {name: dict(status) for name, status in _function_status().items()}
@@ -224,7 +261,7 @@ def function_status() -> dict[str, dict[str, str]]:
 def flashrt_keys() -> dict[str, object]:
     """The keys the flashrt package's capabilities() returns, with this package's values: its tiers run
     on every arch here, sm_120 included. No sm_120 GPU has run them, so no (N, K) is qualified there;
-    the package has no W4A16 (Marlin) tier: None."""
+    its W4A16 tier reads the adopted weight as ModelOpt stores it, with SfAtom scales, at any M."""
     return {
         "quantization": "W4A4 NVFP4 E2M1",
         "block_size": NVFP4_BLOCK_SIZE,
@@ -242,11 +279,11 @@ def flashrt_keys() -> dict[str, object]:
         "sm120_warpsplit_mrows": (1, _validate.MROWS_MAX_M),
         "sm120_warpsplit_mrows_n_alignment": 8,
         "sm120_warpsplit_mrows_k_alignment": "64 * warps",
-        "sm120_w4a16_marlin_m": None,
-        "sm120_w4a16_marlin_n_alignment": None,
-        "sm120_w4a16_marlin_k_alignment": None,
-        "sm120_w4a16_marlin_weight_layout": None,
-        "sm120_w4a16_marlin_scale_layout": None,
+        "sm120_w4a16_marlin_m": "any M >= 1",
+        "sm120_w4a16_marlin_n_alignment": 1,
+        "sm120_w4a16_marlin_k_alignment": _validate.W4A16_K_ALIGNMENT,
+        "sm120_w4a16_marlin_weight_layout": "row-major-packed-e2m1",
+        "sm120_w4a16_marlin_scale_layout": "cutlass-sm1xx-blockscaled",
         "errors": "exceptions",
     }
 
@@ -261,6 +298,9 @@ def capabilities() -> dict[str, object]:
             for name, fmt in reference.FORMATS.items()
         },
         "halops_modes": {mode: fmt.name for mode, fmt in reference.MODES.items()},
+        # this package's weight-only modes of the halops GEMMs (bf16 activations), and where they run
+        "halops_w4a16_modes": {mode: fmt.name for mode, fmt in reference.W4A16_MODES.items()},
+        "halops_w4a16_status": {name: dict(status) for name, status in _w4a16_mode_status().items()},
         "swizzled_scale_layout": {
             "name": "cutlass-sm1xx-sfatom",
             "tile_rows": reference.SF_TILE_ROWS,

@@ -1,6 +1,8 @@
 """The halops-style API: group_wise_quant, the dense/batched/grouped GEMMs, fused SwiGLU+quant and
 the MoE permute. Modes: "w8a8-mxfp8" (E4M3 + UE8M0 per 32), "w4a4-mxfp4" (E2M1 + UE8M0 per 32),
-"w4a4-nvfp4" (E2M1 + UE4M3 per 16). GEMM outputs are bfloat16 tensors written in place.
+"w4a4-nvfp4" (E2M1 + UE4M3 per 16); the GEMMs also take this package's weight-only modes
+"w4a16-nvfp4" and "w4a16-mxfp4" (bf16 activations [..., K] as they are, sfa None, weights as in the
+w4a4 modes). GEMM outputs are bfloat16 tensors written in place.
 
 Scale buffers are CUTLASS SfAtom (docs/FORMATS.md) over the flattened rows of their tensor: sfa
 covers the rows of input (B*M for batch_gemm), sfb the rows of weight (E*N for [E, N, K]); any shape
@@ -67,10 +69,11 @@ def _halops_gemm(
     _validate.halops_gemm(
         grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, group_index, group_rows, use_pdl
     )
-    fmt = reference.MODES[mode].name
+    weight_only = mode in reference.W4A16_MODES  # bf16 activations as they are
+    fmt = (reference.W4A16_MODES if weight_only else reference.MODES)[mode].name
     GemmCall(
-        input, weight, sfa, sfb, fmt, fmt, grouping=grouping, group_index=group_index, group_rows=group_rows,
-        alpha=alpha, bias=bias, out=output, sm_count=sm_count, pdl=use_pdl,
+        input, weight, sfa, sfb, "bf16" if weight_only else fmt, fmt, grouping=grouping, group_index=group_index,
+        group_rows=group_rows, alpha=alpha, bias=bias, out=output, sm_count=sm_count, pdl=use_pdl,
     ).run()  # fmt: skip
 
 
@@ -88,9 +91,10 @@ def dense_gemm(
 ) -> None:
     """output = alpha * (input @ weight^T) + bias, written in place.
 
-    input [M, K] (float8_e4m3fn for mxfp8, uint8 [M, K/2] packed for the FP4 modes), weight [N, K] the
-    same; sfa/sfb SfAtom scales of M and N rows; output bfloat16 [M, N]; bias bfloat16 [N] (any mode);
-    alpha float32 [1] (required for w4a4-nvfp4, optional otherwise); sm_count -1 or > 0.
+    input [M, K] (float8_e4m3fn for mxfp8, uint8 [M, K/2] packed for the FP4 modes, bfloat16 [M, K] for
+    the w4a16 modes), weight [N, K] stored as in the mode's format; sfa/sfb SfAtom scales of M and N
+    rows (sfa None in the w4a16 modes); output bfloat16 [M, N]; bias bfloat16 [N] (any mode); alpha
+    float32 [1] (required for w4a4-nvfp4, optional otherwise); sm_count -1 or > 0.
     """
     _halops_gemm("dense", mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, use_pdl=use_pdl)
 
@@ -111,7 +115,7 @@ def batch_gemm(
     input [B, M, K], weight [B, N, K] (packed as in dense_gemm); sfa over the B*M rows, sfb over the
     B*N rows; output bfloat16 [B, M, N]; bias bfloat16 [B, N]; alpha float32 [B].
     """
-    _validate.tensor("input", input, dtypes=(torch.float8_e4m3fn, torch.uint8), ndim=3)
+    _validate.tensor("input", input, dtypes=(torch.float8_e4m3fn, torch.uint8, torch.bfloat16), ndim=3)
     _halops_gemm("batched", mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, None, input.shape[1])
 
 

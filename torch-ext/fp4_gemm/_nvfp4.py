@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _validate
+from . import _validate, reference
 from ._gemm import GemmCall, gemm_outputs, packed_outputs
 from ._ops import ops
 
@@ -532,3 +532,105 @@ def nvfp4_gemm_m256_bf16(
     required = nvfp4_gemm_m256_workspace_size(a_packed, b_packed, sfa, sfb)
     _validate.m256(a_packed, workspace, required, (a_packed, b_packed, sfa, sfb, out))
     return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, schedule="m256")
+
+
+# ---- PDL twins and the standard-layout GEMV (flashrt HEAD) -------------------------------------
+
+
+def quantize_fp4_sfa_bf16_pdl(
+    x: Tensor, packed: OptTensor = None, sfa: OptTensor = None, is_sfb: bool = False
+) -> tuple[Tensor, Tensor]:
+    """quantize_fp4_sfa_bf16 launched with programmatic dependent launch: the same bytes. Every
+    quantizer of this family launches with PDL already; the name is flashrt's."""
+    return quantize_fp4_sfa_bf16(x, packed, sfa, is_sfb)
+
+
+def fp4_w4a4_gemm_warpsplit_mrows_pdl_bf16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    *,
+    alpha: float = 1.0,
+    warps: int = 2,
+    stages: int = 6,
+    out: OptTensor = None,
+) -> Tensor:
+    """fp4_w4a4_gemm_warpsplit_mrows_bf16 launched with programmatic dependent launch (as every GEMM of
+    this family is): the same result."""
+    return fp4_w4a4_gemm_warpsplit_mrows_bf16(a_packed, b_packed, sfa, sfb, alpha=alpha, warps=warps, stages=stages,
+                                              out=out)  # fmt: skip
+
+
+def fp4_w4a4_gemv_warpsplit_bf16(
+    a_packed: Tensor,
+    b_packed: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    *,
+    alpha: float = 1.0,
+    warps: int = 4,
+    stages: int = 4,
+    out: OptTensor = None,
+) -> Tensor:
+    """M = 1 decode GEMV on the standard (row-major packed, not repacked) weight: out = alpha * a @ B^T,
+    bfloat16 [1, N]. warps in {2, 4, 8}, stages in [1, 8]. The K split is reduced inside a cluster of
+    CTAs (no cross-call scratch): graph-replay safe."""
+    _validate.gemv_standard(a_packed, b_packed, warps, stages)
+    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, warps=warps, stages=stages)
+
+
+# ---- the W4A16 tier: bf16 activations, NVFP4 weights (flashrt HEAD) ----------------------------
+#
+# The adopted layout is this package's own: the packed weight as ModelOpt stores it (uint8 [N, K/2],
+# row-major), its UE4M3 scales swizzled into SfAtom bytes (a flat uint8 buffer of
+# sfa_size_bytes(N, K)), the global scale a float32 [1] tensor. Every tier reads it as it is: the
+# M <= 16 kernels, the Hopper engine (bf16 A) and, from M = 1024 on sm_90 or above M = 16 on
+# Blackwell, the composition backend.
+
+
+def allocate_w4a16_marlin_workspace(device: torch.device | str) -> Tensor:
+    """The workspace nvfp4_w4a16_marlin_bf16 takes: int32 zeros, one per SM of the device (one element
+    on the CPU). This package's kernels keep no state in it (their K split reduces inside a cluster);
+    it is accepted, checked and passed through so that code written for flashrt runs unchanged.
+    Allocate it once, before graph capture."""
+    device = _validate.device("device", device)
+    count = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+    return torch.zeros(count, dtype=torch.int32, device=device)
+
+
+def adopt_nvfp4_w4a16_marlin(
+    weight_packed: Tensor, weight_scale: Tensor, weight_scale_2: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Bind-time conversion of one ModelOpt NVFP4 layer into the W4A16 tier's operands.
+
+    Parameters
+    ----------
+    weight_packed : uint8 [N, K/2], E2M1 codes, element 2i in the low nibble; K % 32 == 0.
+    weight_scale : float8_e4m3fn (or its bytes, uint8) [N, K/16], row-major UE4M3 block scales.
+    weight_scale_2 : float32, one element: the global scale (weight = code * weight_scale * weight_scale_2).
+
+    Returns
+    -------
+    (weight, scale, global_scale, workspace): weight_packed itself (contiguous), the scales as SfAtom
+    bytes (flat uint8 of sfa_size_bytes(N, K)), weight_scale_2 as float32 [1], and
+    allocate_w4a16_marlin_workspace(device). All on weight_packed's device.
+    """
+    n, k = _validate.adopt_w4a16(weight_packed, weight_scale, weight_scale_2)
+    plain = weight_scale.contiguous().view(torch.uint8)
+    scale = reference.swizzle_scales(plain).reshape(-1).contiguous()
+    global_scale = weight_scale_2.reshape(1).to(torch.float32).contiguous()
+    workspace = allocate_w4a16_marlin_workspace(weight_packed.device)
+    return weight_packed.contiguous(), scale, global_scale, workspace
+
+
+def nvfp4_w4a16_marlin_bf16(
+    x: Tensor, weight: Tensor, scale: Tensor, global_scale: Tensor, *, workspace: Tensor, out: OptTensor = None
+) -> Tensor:
+    """out = x @ dequant(W)^T * global_scale, bfloat16 [M, N], for bf16 x [M, K] (any M >= 1) and the
+    operands of adopt_nvfp4_w4a16_marlin. Allocates nothing when `out` is given; CUDA-graph safe."""
+    _validate.w4a16_gemm(x, weight, scale, global_scale, workspace, out)
+    if out is None:
+        out = torch.empty(x.shape[0], weight.shape[0], dtype=torch.bfloat16, device=x.device)
+    GemmCall(x, weight, None, scale, "bf16", "nvfp4", alpha=global_scale, out=out).run()
+    return out

@@ -36,6 +36,7 @@ BIAS_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 SKINNY_WARPS = (2, 4, 8)
 MAX_STAGES = 8
 MROWS_MAX_M = 16
+W4A16_K_ALIGNMENT = 32  # the adopted weight's rows are read whole 16-byte chunks at a time
 M256_MIN_M = 512
 VARIANTS = (0, 1, 2)  # default, widen, pingpong; -1 picks by shape
 # flashrt's schedule ids (its Thor pipelines pass 7 for large-M shapes, 10 for compact decode ones),
@@ -542,16 +543,91 @@ def e0m3_a_format(value: object) -> str:
     return "nvfp4" if value == 1 else "e0m3"
 
 
+def gemv_standard(a: object, b: object, warps: object, stages: object) -> None:
+    checked(verdict_key("gemv_standard", a, b, warps, stages), _gemv_standard, a, b, warps, stages)
+
+
+def _gemv_standard(a: object, b: object, warps: object, stages: object) -> None:
+    m, _, _ = packed_shape(a, b)
+    skinny_knobs(warps, stages)
+    if m != 1:
+        fail(f"fp4_w4a4_gemv_warpsplit_bf16 serves M = 1 only, got M={m}")
+
+
+# ---- the W4A16 tier (bf16 activations, NVFP4 weights) ------------------------------------------
+
+
+def device(name: str, value: object) -> torch.device:
+    """A torch.device, or what torch.device accepts (a string such as "cuda:0", a device index)."""
+    try:
+        return value if isinstance(value, torch.device) else torch.device(value)
+    except (RuntimeError, TypeError):
+        fail(f"{name} must be a torch.device or a device string such as 'cuda:0', got {value!r}")
+
+
+def adopt_w4a16(weight_packed: object, weight_scale: object, weight_scale_2: object) -> tuple[int, int]:
+    """ModelOpt NVFP4 tensors of one layer; returns (N, K)."""
+    tensor("weight_packed", weight_packed, dtypes=(torch.uint8,), ndim=2)
+    n, k = weight_packed.shape[0], 2 * weight_packed.shape[1]
+    if n < 1 or k < 1:
+        fail(f"weight_packed must have N >= 1 rows and K >= 1 elements, got {tuple(weight_packed.shape)}")
+    multiple("K", k, W4A16_K_ALIGNMENT, "whole 16-byte rows of packed weight (and 16-element NVFP4 blocks)")
+    tensor("weight_scale", weight_scale, dtypes=(torch.float8_e4m3fn, torch.uint8), shape=(n, k // 16))
+    tensor("weight_scale_2", weight_scale_2, dtypes=(torch.float32,))
+    if weight_scale_2.numel() != 1:
+        fail(f"weight_scale_2 must hold one float32 (the global scale), got {weight_scale_2.numel()} values")
+    same_device(weight_packed=weight_packed, weight_scale=weight_scale, weight_scale_2=weight_scale_2)
+    return n, k
+
+
+def w4a16_gemm(x: object, weight: object, scale: object, global_scale: object, workspace: object, out: object) -> None:
+    """nvfp4_w4a16_marlin_bf16: bf16 x [M, K], the adopted weight, its scales and global scale."""
+    parts = (x, weight, scale, global_scale, workspace, out)
+    checked(verdict_key("w4a16_gemm", *parts), _w4a16_gemm, parts)
+    inputs = (("x", x), ("weight", weight), ("scale", scale), ("global_scale", global_scale))
+    disjoint((("out", out),), inputs + (("workspace", workspace),))
+
+
+def _w4a16_gemm(parts: tuple) -> None:
+    x, weight, scale, global_scale, workspace, out = parts
+    tensor("x", x, dtypes=(torch.bfloat16,), ndim=2)
+    tensor("weight", weight, dtypes=(torch.uint8,), ndim=2)
+    m, k, n = x.shape[0], x.shape[1], weight.shape[0]
+    if m < 1:
+        fail(f"x must have M >= 1 rows, got {m}")
+    if weight.shape[1] * 2 != k:
+        fail(f"x and weight must have the same K: x gives {k}, weight gives {weight.shape[1] * 2}")
+    multiple("K", k, W4A16_K_ALIGNMENT, "whole 16-byte rows of packed weight (and 16-element NVFP4 blocks)")
+    scale_buffer("scale", scale, n, k // 16)
+    tensor("global_scale", global_scale, dtypes=(torch.float32,), shape=(1,))
+    if workspace is None:
+        fail("workspace is required: allocate_w4a16_marlin_workspace(device) once, before graph capture")
+    tensor("workspace", workspace, dtypes=(torch.int32,), ndim=1)
+    optional("out", out, dtypes=(torch.bfloat16,), shape=(m, n))
+    same_device(x=x, weight=weight, scale=scale, global_scale=global_scale, workspace=workspace, out=out)
+    if out is None:
+        fits_in_memory("the output", 2 * m * n, x.device)
+
+
 # ---- halops-style GEMMs -----------------------------------------------------------------------
 
 
+def gemm_mode_format(mode: object) -> BlockFormat:
+    """The weight format of a halops GEMM mode: the w8a8/w4a4 modes, or the weight-only w4a16 ones."""
+    modes = reference.MODES | reference.W4A16_MODES
+    if not isinstance(mode, str) or mode not in modes:
+        fail(f"mode must be one of {sorted(modes)}, got {mode!r}")
+    return modes[mode]
+
+
 def _operands(mode: str, input: object, weight: object, input_rank: int, weight_rank: int) -> tuple[BlockFormat, int]:
-    fmt = mode_format(mode)
+    fmt = gemm_mode_format(mode)
     dtype = torch.float8_e4m3fn if fmt.element_bits == 8 else torch.uint8
-    tensor("input", input, dtypes=(dtype,), ndim=input_rank)
+    weight_only = mode in reference.W4A16_MODES
+    tensor("input", input, dtypes=(torch.bfloat16,) if weight_only else (dtype,), ndim=input_rank)
     tensor("weight", weight, dtypes=(dtype,), ndim=weight_rank)
-    k = input.shape[-1] * 8 // fmt.element_bits
-    if weight.shape[-1] != input.shape[-1]:
+    k = input.shape[-1] if weight_only else input.shape[-1] * 8 // fmt.element_bits
+    if weight.shape[-1] * 8 // fmt.element_bits != k:
         fail(f"input and weight must have the same K: {tuple(input.shape)} vs {tuple(weight.shape)}")
     multiple("K", k, fmt.group, f"blocks of {fmt.group} in mode {mode!r}")
     return fmt, k
@@ -611,7 +687,11 @@ def _halops_gemm(parts: tuple) -> int:
         fmt, k = _operands(mode, input, weight, 2, 3)
         groups, rows, n = weight.shape[0], input.shape[0], weight.shape[1]
         out_shape, bias_shape = (rows, n), (groups, n)
-    scale_buffer("sfa", sfa, rows, k // fmt.group)
+    if mode in reference.W4A16_MODES:
+        if sfa is not None:
+            fail(f"sfa must be None in mode {mode!r}: its bf16 activations have no scales")
+    else:
+        scale_buffer("sfa", sfa, rows, k // fmt.group)
     scale_buffer("sfb", sfb, groups * n, k // fmt.group)
     tensor("output", output, dtypes=(torch.bfloat16,), shape=out_shape)
     _epilogue(mode, alpha, groups, bias, bias_shape)

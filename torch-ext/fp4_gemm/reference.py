@@ -166,6 +166,9 @@ FORMATS = {fmt.name: fmt for fmt in (MXFP8, MXFP4, NVFP4, E0M3)}
 
 # halops-style mode names
 MODES = {"w8a8-mxfp8": MXFP8, "w4a4-mxfp4": MXFP4, "w4a4-nvfp4": NVFP4}
+# The halops GEMMs' weight-only modes (this package's extension of the spec): bf16 activations as they
+# are (no scales), weights in the format named.
+W4A16_MODES = {"w4a16-nvfp4": NVFP4, "w4a16-mxfp4": MXFP4}
 
 # Quantization recipes of the `quantize` op: a format, and for nvfp4_mse the least-squares scale search.
 RECIPES = {**{name: (fmt, False) for name, fmt in FORMATS.items()}, "nvfp4_mse": (NVFP4, True)}

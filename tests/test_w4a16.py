@@ -1,0 +1,181 @@
+"""The W4A16 tier (bf16 activations, 4-bit weights): flashrt HEAD's adopt_nvfp4_w4a16_marlin /
+allocate_w4a16_marlin_workspace / nvfp4_w4a16_marlin_bf16, the halops GEMMs' w4a16 modes, and the PDL
+twins and standard-layout GEMV that came with it.
+
+The adopted operands are checked against an independent dequantization of the ModelOpt tensors
+(E2M1 codes by table, e4m3 scales through torch.float8_e4m3fn, times weight_scale_2). GEMM results are
+held to the docs/FORMATS.md bound of float64 math (the bf16 activations are exact operands), on the
+CPU reference and, on the H200, at every M from 1 to 17 and 64, 256, 1024, 4096 (the M <= 16 kernels,
+the Hopper engine's bf16 A and the composition backend), with poisoned outputs and graph replay."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from checks import assert_bitwise_equal, assert_within_bound, poisoned_like
+from conftest import requires_cuda
+
+E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+
+
+def modelopt_layer(n: int, k: int, seed: int, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random ModelOpt NVFP4 tensors: packed codes [N, K/2], e4m3 scales [N, K/16] (finite, positive,
+    spread over many binades), weight_scale_2 [1]."""
+    g = torch.Generator().manual_seed(seed)
+    packed = torch.randint(0, 256, (n, k // 2), generator=g, dtype=torch.uint8)
+    scale_bytes = torch.randint(0x08, 0x70, (n, k // 16), generator=g, dtype=torch.uint8)  # no NaN (0x7F)
+    scale_2 = torch.tensor([0.0078125 * (1 + seed % 3)], dtype=torch.float32)
+    return packed.to(device), scale_bytes.view(torch.float8_e4m3fn).to(device), scale_2.to(device)
+
+
+def independent_dequant(packed: torch.Tensor, scale: torch.Tensor, scale_2: torch.Tensor) -> torch.Tensor:
+    """weight = code * weight_scale * weight_scale_2, float64 [N, K], without the package's code."""
+    packed = packed.cpu()
+    codes = torch.stack([packed & 0xF, packed >> 4], dim=-1).reshape(packed.shape[0], -1).long()
+    values = E2M1.double()[codes & 7] * torch.where(codes >= 8, -1.0, 1.0).double()
+    block = scale.cpu().float().double().repeat_interleave(16, dim=1)
+    return values * block * scale_2.cpu().double()
+
+
+def bf16(m: int, k: int, seed: int, device: str) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(m, k, generator=g).to(torch.bfloat16).to(device)
+
+
+# ---- adoption ---------------------------------------------------------------------------------
+
+
+@pytest.mark.kernels_ci
+def test_adopted_operands_dequantize_to_the_modelopt_weight(fp4, ref):
+    n, k = 200, 256
+    packed, scale, scale_2 = modelopt_layer(n, k, 1)
+    weight, sf, global_scale, workspace = fp4.adopt_nvfp4_w4a16_marlin(packed, scale, scale_2)
+    assert weight.dtype == torch.uint8 and tuple(weight.shape) == (n, k // 2)
+    assert sf.dtype == torch.uint8 and sf.numel() == fp4.sfa_size_bytes(n, k)
+    assert global_scale.dtype == torch.float32 and tuple(global_scale.shape) == (1,)
+    assert workspace.dtype == torch.int32 and workspace.dim() == 1 and bool((workspace == 0).all())
+    ours = ref.dequantize(weight, sf, ref.NVFP4).double() * global_scale.double()
+    assert torch.equal(ours, independent_dequant(packed, scale, scale_2))
+
+
+def test_adoption_accepts_the_scale_bytes_as_uint8(fp4):
+    packed, scale, scale_2 = modelopt_layer(64, 128, 2)
+    from_fp8 = fp4.adopt_nvfp4_w4a16_marlin(packed, scale, scale_2)[1]
+    from_bytes = fp4.adopt_nvfp4_w4a16_marlin(packed, scale.view(torch.uint8), scale_2)[1]
+    assert_bitwise_equal(from_bytes, from_fp8, "scales from uint8 bytes")
+
+
+# ---- the GEMM on the CPU reference ------------------------------------------------------------
+
+
+def assert_marlin_within_bound(out, x, packed, scale, scale_2, what: str) -> None:
+    w = independent_dequant(packed, scale, scale_2)
+    x64 = x.cpu().double()
+    assert_within_bound(out.cpu(), x64 @ w.T, x64, w, what)
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("m", [1, 5, 40])
+def test_marlin_gemm_is_x_times_the_dequantized_weight_on_the_cpu(fp4, m):
+    packed, scale, scale_2 = modelopt_layer(96, 256, 3)
+    operands = fp4.adopt_nvfp4_w4a16_marlin(packed, scale, scale_2)
+    x = bf16(m, 256, 4, "cpu")
+    out = fp4.nvfp4_w4a16_marlin_bf16(x, *operands[:3], workspace=operands[3])
+    assert out.dtype == torch.bfloat16 and tuple(out.shape) == (m, 96)
+    assert_marlin_within_bound(out, x, packed, scale, scale_2, f"cpu {m=}")
+
+
+@pytest.mark.parametrize("mode", ["w4a16-nvfp4", "w4a16-mxfp4"])
+def test_halops_w4a16_modes_multiply_bf16_activations_on_the_cpu(fp4, ref, mode):
+    fmt = ref.W4A16_MODES[mode]
+    m, n, k = 40, 64, 128
+    x = bf16(m, k, 5, "cpu")
+    w, sfb = ref.quantize(bf16(n, k, 6, "cpu") * 0.05, fmt, swizzle=True)
+    out = torch.full((m, n), 7.0, dtype=torch.bfloat16)
+    bias = bf16(1, n, 7, "cpu").reshape(n)
+    fp4.dense_gemm(x, w, None, sfb, out, bias=bias, alpha=torch.tensor([0.5]), mode=mode)
+    w64 = ref.dequantize(w, sfb, fmt).double()
+    assert_within_bound(out, 0.5 * (x.double() @ w64.T) + bias.double(), 0.5 * x.double(), w64, mode)
+
+
+def test_halops_w4a16_modes_take_no_sfa(fp4, ref):
+    x = bf16(8, 128, 5, "cpu")
+    w, sfb = ref.quantize(bf16(64, 128, 6, "cpu"), ref.NVFP4, swizzle=True)
+    out = torch.empty(8, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="sfa must be None in mode 'w4a16-nvfp4'"):
+        fp4.dense_gemm(x, w, sfb, sfb, out, mode="w4a16-nvfp4")
+
+
+# ---- the PDL twins and the standard-layout GEMV -----------------------------------------------
+
+
+def test_pdl_twins_give_their_twins_bytes(fp4, ref):
+    x = bf16(40, 128, 8, "cpu")
+    assert_bitwise_equal(fp4.quantize_fp4_sfa_bf16_pdl(x)[0], fp4.quantize_fp4_sfa_bf16(x)[0], "quantize pdl")
+    a, sfa = fp4.quantize_fp4_sfa_bf16(bf16(16, 256, 9, "cpu"))
+    b, sfb = fp4.quantize_fp4_sfa_bf16(bf16(64, 256, 10, "cpu"))
+    twin = fp4.fp4_w4a4_gemm_warpsplit_mrows_pdl_bf16(a, b, sfa, sfb, alpha=0.5)
+    assert_bitwise_equal(twin, fp4.fp4_w4a4_gemm_warpsplit_mrows_bf16(a, b, sfa, sfb, alpha=0.5), "mrows pdl")
+
+
+def test_standard_layout_gemv_is_the_nvfp4_gemm_at_one_row(fp4):
+    a, sfa = fp4.quantize_fp4_sfa_bf16(bf16(1, 256, 11, "cpu"))
+    b, sfb = fp4.quantize_fp4_sfa_bf16(bf16(72, 256, 12, "cpu"))
+    gemv = fp4.fp4_w4a4_gemv_warpsplit_bf16(a, b, sfa, sfb, alpha=2.0)
+    assert_bitwise_equal(gemv, fp4.nvfp4_gemm_bf16(a, b, sfa, sfb, alpha=2.0), "gemv")
+
+
+# ---- on the GPU -------------------------------------------------------------------------------
+
+
+@requires_cuda
+@pytest.mark.parametrize("m", [*range(1, 18), 64, 256, 1024, 4096])
+def test_marlin_gemm_every_m_is_within_the_bound_on_the_gpu(fp4, m):
+    n, k = 520, 1024
+    packed, scale, scale_2 = modelopt_layer(n, k, 13, "cuda")
+    operands = fp4.adopt_nvfp4_w4a16_marlin(packed, scale, scale_2)
+    x = bf16(m, k, 14, "cuda")
+    out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
+    got = fp4.nvfp4_w4a16_marlin_bf16(x, *operands[:3], workspace=operands[3], out=out)
+    assert got.data_ptr() == out.data_ptr()
+    assert_marlin_within_bound(out, x, packed, scale, scale_2, f"gpu {m=}")
+
+
+@requires_cuda
+@pytest.mark.parametrize("m", [4, 300])
+def test_marlin_gemm_replays_in_a_cuda_graph(fp4, m):
+    packed, scale, scale_2 = modelopt_layer(384, 512, 15, "cuda")
+    weight, sf, gs, workspace = fp4.adopt_nvfp4_w4a16_marlin(packed, scale, scale_2)
+    x = bf16(m, 512, 16, "cuda")
+    first = fp4.nvfp4_w4a16_marlin_bf16(x, weight, sf, gs, workspace=workspace)
+    out = poisoned_like(first)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fp4.nvfp4_w4a16_marlin_bf16(x, weight, sf, gs, workspace=workspace, out=out)
+    out.view(torch.uint8).fill_(0xA5)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_bitwise_equal(out, first, f"graph replay {m=}")
+
+
+@requires_cuda
+@pytest.mark.parametrize("mode", ["w4a16-nvfp4", "w4a16-mxfp4"])
+@pytest.mark.parametrize("m", [3, 200])
+def test_halops_w4a16_dense_and_masked_are_within_the_bound_on_the_gpu(fp4, ref, mode, m):
+    fmt = ref.W4A16_MODES[mode]
+    experts, n, k = 3, 256, 512
+    x = bf16(experts * m, k, 17, "cuda")
+    w, sfb = ref.quantize(bf16(experts * n, k, 18, "cuda") * 0.05, fmt, swizzle=True)
+    w64 = ref.dequantize(w, sfb, fmt).double()
+    dense_out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
+    dense_sfb = sfb.reshape(-1)[: ref.sf_bytes(n, k // fmt.group)]
+    fp4.dense_gemm(x[:m], w[:n], None, dense_sfb, dense_out, mode=mode)
+    assert_within_bound(dense_out, x[:m].double() @ w64[:n].T, x[:m].double(), w64[:n], f"dense {mode} {m=}")
+    counts = torch.tensor([m, m // 2, 0], dtype=torch.int32, device="cuda")
+    out = poisoned_like(torch.empty(experts * m, n, dtype=torch.bfloat16, device="cuda"))
+    fp4.group_masked_gemm(x, w.reshape(experts, n, -1), None, sfb, counts, out, max_m_per_expert=m, mode=mode)
+    for e, count in enumerate(counts.tolist()):
+        rows = slice(e * m, e * m + count)
+        a = x[rows].double()
+        assert_within_bound(out[rows], a @ w64[e * n : (e + 1) * n].T, a, w64[e * n : (e + 1) * n], f"masked {e=}")
