@@ -23,20 +23,22 @@ only with --formats, to keep the default grid inside its device time).
 Shapes (N, K): four large layers and two MoE experts' (4096, 7168) and (7168, 2048); M from 1 to 4096
 (8192 with --ms).
 
-
 Timing: medians of triton.testing.do_bench, which clears L2 before every run; each method also cycles
 through copies of its weight operands (gemm_peers.Rotation), so small-M runs stream B from HBM as
 decode does. Every peer's output is compared with ours once per row ("peer_check": max |diff| /
 max |ours|); a peer that fails the check, or raises (recorded in "notes"), gets no ratio.
 ratio_vs_X = X's time / our time: above 1, ours is faster ("ratio_vs_fp8_rowwise" is the same number
-as "ratio_vs_scaled_mm_fp8_rowwise", the name issue 16 uses); engine_bf16_ceiling_ratio_vs_cublas_bf16 =
+as "ratio_vs_scaled_mm_fp8_rowwise", under its short name); engine_bf16_ceiling_ratio_vs_cublas_bf16 =
 cuBLAS bf16 time / the ceiling's time.
 
 Device time: the grid stops starting new (format, N, K) blocks after --budget-s seconds of measuring;
 the blocks left out are listed in the JSON's "not_run" (null when the whole grid ran).
 
-    python benchmarks/bench_gemm.py                              # default grid, about a minute on an H200
-    python benchmarks/bench_gemm.py --quick --out /tmp/gemm.json # smoke run
+    python benchmarks/bench_gemm.py                              # default grid: 126 rows, 882 medians
+    python benchmarks/bench_gemm.py --formats mxfp8 mxfp4 nvfp4 e0m3  # plus E0M3: 168 rows
+    python benchmarks/bench_gemm.py --quick --out /tmp/gemm.json # smoke run: 24 rows
+    python benchmarks/gemm_table.py                              # the README excerpt of the result
+    python benchmarks/plot_gemm.py                               # its plot (.png beside the JSON)
     python benchmarks/bench_gemm.py --device cpu --ms 16 --shapes 256x512 --out /tmp/cpu.json
         # a functional dry run without a GPU (Triton interpreted, timings meaningless)
 """

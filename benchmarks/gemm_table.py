@@ -42,42 +42,27 @@ def ratio(peer: str, header: str) -> Column:
     return Column(f"vs {header}", number(f"ratio_vs_{peer}", 2))
 
 
-CEILING_COLUMNS = (
+FORMAT = Column("format", text("format"), numeric=False)
+OP = Column("op", lambda row: f"`{row['op']}`", numeric=False)
+BACKEND = Column("backend", text("ours_backend"), numeric=False)
+SHAPE = (Column("M", text("M")), Column("N", text("N")), Column("K", text("K")))
+OURS_US = Column("ours us", number("ours_us", 1))
+CEILING = (
     Column("engine bf16 us", number("engine_bf16_ceiling_us", 1)),
     Column("engine bf16 vs cuBLAS bf16", number("engine_bf16_ceiling_ratio_vs_cublas_bf16", 2)),
 )
 
 FULL_COLUMNS = (
-    Column("format", text("format"), numeric=False),
-    Column("op", lambda row: f"`{row['op']}`", numeric=False),
-    Column("backend", text("ours_backend"), numeric=False),
-    Column("M", text("M")),
-    Column("N", text("N")),
-    Column("K", text("K")),
-    Column("ours us", number("ours_us", 1)),
-    Column("TFLOP/s", number("tflops", 1)),
-    ratio("cublas_bf16", "bf16"),
-    ratio("fp8_rowwise", "fp8 row"),
-    ratio("dequant_mm", "deq+mm"),
-    ratio("triton_dequant_mm", "triton deq+mm"),
-    ratio("triton_dot_scaled", "triton dot_scaled"),
-    *CEILING_COLUMNS,
-)
+    FORMAT, OP, BACKEND, *SHAPE, OURS_US, Column("TFLOP/s", number("tflops", 1)),
+    ratio("cublas_bf16", "bf16"), ratio("fp8_rowwise", "fp8 row"), ratio("dequant_mm", "deq+mm"),
+    ratio("triton_dequant_mm", "triton deq+mm"), ratio("triton_dot_scaled", "triton dot_scaled"), *CEILING,
+)  # fmt: skip
 
 README_COLUMNS = (
-    Column("format", text("format"), numeric=False),
-    Column("M", text("M")),
-    Column("N", text("N")),
-    Column("K", text("K")),
-    Column("backend", text("ours_backend"), numeric=False),
-    Column("ours us", number("ours_us", 1)),
-    Column("TFLOP/s", number("tflops", 0)),
-    ratio("cublas_bf16", "cuBLAS bf16"),
-    ratio("fp8_rowwise", "fp8 row-wise"),
-    ratio("triton_dequant_mm", "Triton deq+mm"),
-    ratio("triton_dot_scaled", "Triton dot_scaled"),
-    *CEILING_COLUMNS,
-)
+    FORMAT, *SHAPE, BACKEND, OURS_US, Column("TFLOP/s", number("tflops", 0)),
+    ratio("cublas_bf16", "cuBLAS bf16"), ratio("fp8_rowwise", "fp8 row-wise"),
+    ratio("triton_dequant_mm", "Triton deq+mm"), ratio("triton_dot_scaled", "Triton dot_scaled"), *CEILING,
+)  # fmt: skip
 
 
 def table(rows: list[dict], columns: tuple[Column, ...]) -> str:
