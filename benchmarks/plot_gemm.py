@@ -1,5 +1,6 @@
 """PNG plot of a bench_gemm.py result: TFLOP/s against M (both axes logarithmic), one line per method,
-one panel per (format, N, K): a row of panels per format, a column per (N, K).
+one panel per (format, N, K): a row of panels per format, a column per (N, K). The engine's bf16 ceiling
+(the Hopper engine on bf16 operands) is drawn dotted; each title says which backend served ours at which M.
 
     python benchmarks/plot_gemm.py                      # benchmarks/results/h200-gemm.json -> .png
     python benchmarks/plot_gemm.py RESULT.json --out PLOT.png
@@ -17,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RESULT = ROOT / "benchmarks" / "results" / "h200-gemm.json"
 FORMAT_ORDER = ("mxfp8", "mxfp4", "nvfp4", "e0m3")
-# method -> (label, matplotlib style); the same names as bench_gemm.PEERS, without importing torch
+# method -> (label, matplotlib style); bench_gemm.PEERS and bench_gemm.CEILING, without importing torch
 METHODS = {
     "ours": ("ours", {"color": "black", "linewidth": 2.4, "marker": "o"}),
     "cublas_bf16": ("cuBLAS bf16 (dequantized)", {"color": "tab:blue", "marker": "s"}),
@@ -25,6 +26,7 @@ METHODS = {
     "dequant_mm": ("PyTorch dequant + mm", {"color": "tab:orange", "marker": "^"}),
     "triton_dequant_mm": ("Triton dequant + mm", {"color": "tab:green", "marker": "D"}),
     "triton_dot_scaled": ("Triton dot_scaled", {"color": "tab:red", "marker": "x"}),
+    "engine_bf16_ceiling": ("engine, bf16 operands (ceiling)", {"color": "gray", "marker": ".", "linestyle": ":"}),
 }
 
 
@@ -44,6 +46,18 @@ def tflops_series(rows: list[dict], method: str) -> tuple[list[int], list[float]
 def m_label(m: int) -> str:
     """2048 -> "2k": neighbouring powers of two stay readable on a log axis."""
     return f"{m // 1024}k" if m >= 1024 and m % 1024 == 0 else str(m)
+
+
+def backend_spans(rows: list[dict]) -> str:
+    """Which backend served ours over which M, in M order: "skinny 1-16, sm90_engine 64-256, composition 1k-4k"."""
+    spans: list[list] = []  # [backend, first M, last M]
+    for r in sorted(rows, key=lambda r: r["M"]):
+        backend = r.get("ours_backend") or "?"
+        if spans and spans[-1][0] == backend:
+            spans[-1][2] = r["M"]
+        else:
+            spans.append([backend, r["M"], r["M"]])
+    return ", ".join(f"{b} {m_label(lo)}" + (f"-{m_label(hi)}" if hi != lo else "") for b, lo, hi in spans)
 
 
 def panels(rows: list[dict]) -> tuple[list[str], list[tuple[int, int]]]:
@@ -74,8 +88,7 @@ def plot(result: dict, out: Path) -> None:
                 if ms:
                     ax.plot(ms, values, label=label, **style)
             op = here[0]["op"] if here else ""
-            fallback = " [reference fallback]" if any(r.get("ours_backend") == "reference" for r in here) else ""
-            ax.set_title(f"{fmt}: N={n}, K={k}\nours = {op}{fallback}", fontsize=9)
+            ax.set_title(f"{fmt}: N={n}, K={k}, ours = {op}\n{backend_spans(here)}", fontsize=8)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.grid(True, which="both", alpha=0.3)

@@ -9,6 +9,7 @@ are checked against ours on every row of a GPU run).
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import sys
 
@@ -20,6 +21,8 @@ BENCHMARKS = requires_repo_file("benchmarks")
 sys.path.insert(0, str(BENCHMARKS))
 import bench_gemm  # noqa: E402
 import gemm_peers as peers  # noqa: E402
+import gemm_table  # noqa: E402
+import plot_gemm  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 needs_triton = pytest.mark.skipif(not peers.triton_available(), reason="triton is not installed")
@@ -97,16 +100,24 @@ def test_copies_cover_l2():
     assert seen == [c[0].data_ptr() for c in copies] * 2
 
 
+PASSED = {"rel_err": 1e-3, "ok": True}
+FAILED = {"rel_err": 0.5, "ok": False}
+
+
+def a_row(times: dict, checks: dict, m: int = 256, n: int = 1024, k: int = 512, backend: str = "reference") -> dict:
+    return bench_gemm.make_row("dense_gemm", "mxfp4", m, n, k, times, checks, {}, backend)
+
+
 def test_row_ratios_skip_failed_and_missing_peers():
     times = {"ours": 10.0, "cublas_bf16": 20.0, "scaled_mm_fp8_rowwise": 5.0, "dequant_mm": 40.0,
              "triton_dequant_mm": None, "triton_dot_scaled": 30.0}  # fmt: skip
     checks = {
-        "cublas_bf16": {"rel_err": 1e-3, "ok": True},
+        "cublas_bf16": PASSED,
         "scaled_mm_fp8_rowwise": {"rel_err": 2e-2, "ok": True},
-        "dequant_mm": {"rel_err": 1e-3, "ok": True},
-        "triton_dot_scaled": {"rel_err": 0.5, "ok": False},
+        "dequant_mm": PASSED,
+        "triton_dot_scaled": FAILED,
     }
-    row = bench_gemm.make_row("dense_gemm", "mxfp4", 256, 1024, 512, times, checks, {}, "reference")
+    row = a_row(times, checks)
     assert row["ratio_vs_cublas_bf16"] == 2.0 and row["ratio_vs_scaled_mm_fp8_rowwise"] == 0.5
     assert row["ratio_vs_dequant_mm"] == 4.0
     assert row["ratio_vs_triton_dequant_mm"] is None and row["triton_dequant_mm_us"] is None
@@ -115,15 +126,117 @@ def test_row_ratios_skip_failed_and_missing_peers():
     ratios = {"ratio_vs_cublas_bf16", "ratio_vs_dequant_mm", "ratio_vs_triton_dequant_mm", "ratio_vs_triton_dot_scaled"}
     keys = {"op", "format", "M", "N", "K", "ours_us", "tflops"} | ratios | {f"{p}_us" for p in bench_gemm.PEERS}
     assert keys <= row.keys()
-    table = bench_gemm.markdown({"gpu": "cpu", "torch": "t", "triton": None, "date": "d", "rows": [row]})
-    assert "| mxfp4 | `dense_gemm` (reference) | 256 | 1024 | 512 | 10.0 |" in table
+    table = gemm_table.markdown({"gpu": "cpu", "torch": "t", "triton": None, "date": "d", "rows": [row]})
+    assert "| mxfp4 | `dense_gemm` | reference | 256 | 1024 | 512 | 10.0 |" in table
+
+
+def test_fp8_rowwise_ratio_is_the_scaled_mm_ratio():
+    checks = {"scaled_mm_fp8_rowwise": PASSED}
+    row = a_row({"ours": 10.0, "scaled_mm_fp8_rowwise": 4.0}, checks)
+    assert row["ratio_vs_fp8_rowwise"] == row["ratio_vs_scaled_mm_fp8_rowwise"] == 0.4
+    failed = a_row({"ours": 10.0, "scaled_mm_fp8_rowwise": 4.0}, {"scaled_mm_fp8_rowwise": FAILED})
+    assert failed["ratio_vs_fp8_rowwise"] is None
+
+
+def test_row_records_the_engine_bf16_ceiling_and_its_ratio_to_cublas():
+    times = {"ours": 40.0, "cublas_bf16": 27.0, bench_gemm.CEILING: 30.0}
+    row = a_row(times, {"cublas_bf16": PASSED, bench_gemm.CEILING: PASSED})
+    assert row["engine_bf16_ceiling_us"] == 30.0
+    assert row["engine_bf16_ceiling_ratio_vs_cublas_bf16"] == 0.9  # cuBLAS time / the ceiling's
+    assert row["peer_check"][bench_gemm.CEILING] == PASSED
+
+
+@pytest.mark.parametrize("failing", ["cublas_bf16", bench_gemm.CEILING])
+def test_ceiling_ratio_needs_both_checks(failing):
+    checks = {"cublas_bf16": PASSED, bench_gemm.CEILING: PASSED} | {failing: FAILED}
+    row = a_row({"ours": 40.0, "cublas_bf16": 27.0, bench_gemm.CEILING: 30.0}, checks)
+    assert row["engine_bf16_ceiling_ratio_vs_cublas_bf16"] is None
+    assert row["engine_bf16_ceiling_us"] == 30.0  # measured, shown, but no ratio
+
+
+def test_readme_table_keeps_the_excerpt_shapes_with_the_new_columns():
+    rows = [
+        a_row({"ours": 10.0, "cublas_bf16": 8.0, "scaled_mm_fp8_rowwise": 5.0, bench_gemm.CEILING: 9.0},
+              {"cublas_bf16": PASSED, "scaled_mm_fp8_rowwise": PASSED, bench_gemm.CEILING: PASSED},
+              m=1024, n=n, k=k, backend="composition")
+        for n, k in [(4096, 7168), (5120, 17408)]
+    ]  # fmt: skip
+    table = gemm_table.readme_table({"rows": rows})
+    header = table.splitlines()[0]
+    assert "vs fp8 row-wise" in header and "engine bf16 us" in header and "engine bf16 vs cuBLAS bf16" in header
+    assert "| mxfp4 | 1024 | 4096 | 7168 | composition | 10.0 | 6013 | 0.80 | 0.50 | - | - | 9.0 | 0.89 |" in table
+    assert "17408" not in table  # (5120, 17408) is not an excerpt shape
+    assert len(table.splitlines()) == 3
+
+
+def test_readme_table_cli_prints_the_excerpt(tmp_path, capsys):
+    row = a_row({"ours": 10.0}, {}, m=64, n=8192, k=8192, backend="sm90_engine")
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps({"rows": [row]}))
+    printed = gemm_table.main([str(path)])
+    assert printed == capsys.readouterr().out
+    assert "| mxfp4 | 64 | 8192 | 8192 | sm90_engine | 10.0 |" in printed
+
+
+def test_plot_titles_say_which_backend_served_which_m():
+    rows = [{"M": m, "ours_backend": b} for m, b in [(1024, "composition"), (1, "skinny"), (16, "skinny"),
+            (64, "sm90_engine"), (256, "sm90_engine"), (4096, "composition"), (2048, "composition")]]  # fmt: skip
+    assert plot_gemm.backend_spans(rows) == "skinny 1-16, sm90_engine 64-256, composition 1k-4k"
+    assert plot_gemm.backend_spans([{"M": 8, "ours_backend": None}]) == "? 8"
+
+
+def test_plot_draws_the_ceiling_like_a_checked_peer():
+    assert bench_gemm.CEILING in plot_gemm.METHODS
+    rows = [a_row({"ours": 10.0, bench_gemm.CEILING: 8.0}, {bench_gemm.CEILING: ok}, m=m)
+            for m, ok in [(64, PASSED), (256, FAILED)]]  # fmt: skip
+    ms, values = plot_gemm.tflops_series(rows, bench_gemm.CEILING)
+    assert ms == [64] and values == [pytest.approx(2 * 64 * 1024 * 512 / 8.0 / 1e6)]
 
 
 def test_cli_grids():
+    default = bench_gemm.parse_args([])
+    assert {64, 1024} <= set(default.ms) and set(bench_gemm.EXPERT_SHAPES) <= set(default.shapes)
+    assert set(bench_gemm.QUALIFICATION_SHAPES) <= set(default.shapes) and "e0m3" not in default.formats
     quick = bench_gemm.parse_args(["--quick"])
     assert quick.ms == list(bench_gemm.QUICK_MS) and quick.shapes == list(bench_gemm.QUICK_SHAPES)
-    custom = bench_gemm.parse_args(["--ms", "1", "8", "--shapes", "256x512", "--formats", "nvfp4"])
-    assert custom.ms == [1, 8] and custom.shapes == [(256, 512)] and custom.formats == ["nvfp4"]
+    custom = bench_gemm.parse_args(["--ms", "1", "8", "--shapes", "256x512", "--formats", "nvfp4", "e0m3"])
+    assert custom.ms == [1, 8] and custom.shapes == [(256, 512)] and custom.formats == ["nvfp4", "e0m3"]
+
+
+def test_default_grid_size():
+    # 3 formats x 6 shapes x 7 M, each row timing 5 peers, the ceiling and ours: the count the
+    # device-time estimate in the report is made of
+    args = bench_gemm.parse_args([])
+    assert len(bench_gemm.blocks(args.formats, args.shapes)) * len(args.ms) == 126
+    assert bench_gemm.timings_per_row() == 7
+
+
+class FakeClock:
+    """perf_counter for run_grid: each block takes `block_s` seconds."""
+
+    def __init__(self, block_s: float) -> None:
+        self.now, self.block_s = 0.0, block_s
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def run_block(self, fp4, block, ms, *rest) -> list[dict]:
+        self.now += self.block_s
+        return [{"block": block.name(), "M": m} for m in ms]
+
+
+def test_grid_starts_no_block_after_its_budget(monkeypatch):
+    clock = FakeClock(block_s=10.0)
+    monkeypatch.setattr(bench_gemm, "time", clock)
+    monkeypatch.setattr(bench_gemm, "run_block", clock.run_block)
+    saved = []
+    grid = bench_gemm.blocks(["mxfp8", "nvfp4"], [(256, 512), (512, 256)])
+    rows, not_run = bench_gemm.run_grid(None, grid, [1, 16], "dense_gemm", "cpu", 15.0,
+                                        lambda rows, not_run: saved.append((len(rows), list(not_run))))  # fmt: skip
+    # blocks start at 0 and 10 s; at 20 s the 15 s budget is spent
+    assert [r["block"] for r in rows] == ["mxfp8 256x512"] * 2 + ["mxfp8 512x256"] * 2
+    assert not_run == ["nvfp4 256x512", "nvfp4 512x256"]
+    assert saved == [(2, []), (4, [])]
 
 
 def sm90_compile(kernel, signature: dict[str, str], constants: dict, num_warps: int, num_stages: int = 3):
@@ -203,3 +316,57 @@ def test_triton_dot_scaled_matches_cublas_on_exact_operands(ref, name, m):
                             peers.plain_scales(b_scales, 256, nkb), peers.OPERANDS[name], out)  # fmt: skip
     expected = a_exact.double() @ b_exact.double().T
     assert bench_gemm.relative_error(out, expected) < 1e-2
+
+
+# ---- the engine's bf16 ceiling and the backend column ------------------------------------------
+
+
+def require_hopper_code(fp4) -> None:
+    if 90 not in fp4.ops.gemm_backend_archs():
+        pytest.skip("this build has no sm_90 code (built with --archs)")
+
+
+def meta(*shape: int) -> torch.Tensor:
+    return torch.empty(shape, dtype=torch.bfloat16, device="meta")
+
+
+@pytest.mark.parametrize("n,k", bench_gemm.SHAPES)
+def test_ceiling_call_is_served_by_the_hopper_engine(fp4, n, k):
+    require_hopper_code(fp4)
+    for m in bench_gemm.MS:
+        call = bench_gemm.ceiling_call(fp4, meta(m, k), meta(n, k), meta(m, n))
+        assert bench_gemm.CEILING_BACKEND in call.backends(90), f"{m=} {n=} {k=}"
+
+
+@pytest.mark.parametrize("fmt", bench_gemm.FORMATS)
+def test_backend_column_shows_the_composition_from_1024_rows(fp4, fmt):
+    require_hopper_code(fp4)
+    ours = bench_gemm.ours_for(fmt, "dense_gemm")
+    for n, k in bench_gemm.SHAPES:
+        got = {m: bench_gemm.dispatched_backend(fp4, fmt, ours, m, n, k, 90) for m in (16, 256, 1024, 4096)}
+        assert got == {16: "skinny", 256: "sm90_engine", 1024: "composition", 4096: "composition"}, f"{n=} {k=}"
+
+
+def bf16_operands(fp4, m: int, n: int, k: int, device: str) -> tuple[bench_gemm.Operands, bench_gemm.Weight]:
+    ours = bench_gemm.ours_for("nvfp4", "dense_gemm")
+    a_op, b_op = peers.GEMM_OPERANDS["nvfp4"]
+    generator = torch.Generator(device=device).manual_seed(3)
+    x = torch.randn(m, k, generator=generator, device=device).bfloat16()
+    y = torch.randn(n, k, generator=generator, device=device).bfloat16()
+    a = bench_gemm.Operands.make(fp4, x, a_op, ours)
+    return a, bench_gemm.Weight.make(bench_gemm.Operands.make(fp4, y, b_op, ours), l2_bytes=1)
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 256, 512), (64, 384, 256), (300, 256, 1024)])
+def test_ceiling_is_the_bf16_product(fp4, m, n, k):
+    if DEVICE == "cuda":
+        require_hopper_code(fp4)
+        if torch.cuda.get_device_capability() != (9, 0):
+            pytest.skip("the Hopper engine runs on sm_90 only")
+    a, w = bf16_operands(fp4, m, n, k, DEVICE)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    ceiling = bench_gemm.ceiling_fn(fp4, a, w, out, DEVICE)
+    expected = a.bf16.double() @ w.q.bf16.double().T
+    for _ in range(len(w.bf16)):  # every rotation copy
+        out.fill_(float("nan"))
+        assert bench_gemm.relative_error(ceiling(), expected) < 1e-2, f"{m=} {n=} {k=}"
