@@ -590,13 +590,11 @@ def fp4_w4a4_gemv_warpsplit_bf16(
 
 
 def allocate_w4a16_marlin_workspace(device: torch.device | str) -> Tensor:
-    """The workspace nvfp4_w4a16_marlin_bf16 takes: int32 zeros, one per SM of the device (one element
-    on the CPU). This package's kernels keep no state in it (their K split reduces inside a cluster);
-    it is accepted, checked and passed through so that code written for flashrt runs unchanged.
+    """The workspace nvfp4_w4a16_marlin_bf16 takes: one int32 zero on the device (flashrt's holds one
+    per SM). This package's kernels keep no state in it (their K split reduces inside a cluster of
+    CTAs); it is accepted, checked and passed through so that code written for flashrt runs unchanged.
     Allocate it once, before graph capture."""
-    device = _validate.device("device", device)
-    count = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
-    return torch.zeros(count, dtype=torch.int32, device=device)
+    return torch.zeros(1, dtype=torch.int32, device=_validate.device("device", device))
 
 
 def adopt_nvfp4_w4a16_marlin(
