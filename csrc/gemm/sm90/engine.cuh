@@ -659,7 +659,10 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
   EngineScheduler<Config> scheduler(p.schedule);
   int64_t it = 0;
   for (WorkTile t; scheduler.next(t);) {
-    const int sf_a = a_scale_rows<Config>(t, p).row0, sf_b = b_scale_rows<Config>(t, p).row0;
+    // A dense tile starts on a scale tile (a compile-time 0 keeps the decode's addressing as it was).
+    constexpr bool kDense = Config::kGrouping == Grouping::Dense;
+    const int sf_a = kDense ? 0 : a_scale_rows<Config>(t, p).row0;
+    const int sf_b = kDense ? 0 : b_scale_rows<Config>(t, p).row0;
 #pragma unroll
     for (int i = 0; i < Config::kBlockN / 2; ++i) acc[i] = 0.0f;
     if constexpr (Config::kSharedA) {
