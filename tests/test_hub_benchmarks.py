@@ -38,6 +38,12 @@ for cls in discover_benchmark_classes(script, script.parent.parent):
 """
 
 
+def require_kernels_cli() -> None:
+    """kernels' CLI imports its signature checks (sigstore, cryptography): a client installed without
+    its dependencies (pip --no-deps, as on the device machine) has no CLI to run."""
+    pytest.importorskip("kernels.cli", reason="the kernels CLI needs its dependencies (pip install kernels)")
+
+
 def test_uploaded_benchmarks_exist():
     assert [p.name for p in UPLOADED] == ["benchmark_gemm.py", "benchmark_quantize.py"]
 
@@ -45,6 +51,7 @@ def test_uploaded_benchmarks_exist():
 @pytest.mark.parametrize("script", [p.name for p in UPLOADED])
 def test_uploaded_benchmark_loads_alone_with_verified_workloads(tmp_path, script):
     """kernels' own loader on the file, in a fresh interpreter that sees no other file of benchmarks/."""
+    require_kernels_cli()
     repo = hub_repo(tmp_path)
     result = subprocess.run(
         [sys.executable, "-c", DISCOVER, str(repo / "benchmarks" / script)],
@@ -61,6 +68,7 @@ def test_uploaded_benchmark_loads_alone_with_verified_workloads(tmp_path, script
 @pytest.mark.skipif(not HAS_CUDA, reason="kernels benchmark runs on the GPU (its device is torch's CUDA backend)")
 def test_kernels_benchmark_runs_and_verifies_every_uploaded_workload(tmp_path):
     pytest.importorskip("tabulate", reason="kernels benchmark needs tabulate (requirements.txt)")
+    require_kernels_cli()
     from kernels.cli.benchmark import discover_benchmark_classes
 
     repo = hub_repo(tmp_path / "repo")

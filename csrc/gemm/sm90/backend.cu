@@ -101,20 +101,18 @@ int tile_width(const GemmProblem& p) {
   return p.n > 128 ? 256 : 128;
 }
 
-// How the CTAs share a dense problem's work (scheduler.cuh): one whole tile per CTA when the tiles
-// fill whole waves; otherwise whole tiles for all waves but the last one or two, and one stream-K CTA
-// per SM sharing the rest by K tiles, so no wave is left part-empty (fewer than two waves: stream-K
-// over all of them). The streamk schedule always splits. Measured on the H200: stream-K over all the
-// tiles of a 7.8-wave problem (4096 x 8192 x 8192, bf16 operands) ran at 0.58x cuBLAS, whole tiles
-// at 15.5 waves 0.89x: the stream-K order scatters the concurrent tiles over the whole output; and
-// one persistent CTA per SM taking whole tiles in turn ran 0.79-0.83x where one CTA per tile ran
-// 0.89-0.90x.
+// How the CTAs share the work (engine.cuh, "work split"): one whole tile per CTA, or stream-K over
+// one CTA per SM. Stream-K pays for its partial-tile fix-up only where whole tiles would leave the
+// last wave part-empty and there are few waves to spread that over; the streamk schedule asks
+// for it always. (Measured on the H200, 2026-12-01: whole tiles for all waves but the last one or two
+// plus stream-K for the rest ran the SK-sized shapes 9-13% slower than this split, e.g. 124.9 against
+// 110.4 us at 256 x 17408 x 5120 NVFP4, so this one stays; the shapes it splits badly, 4 to 8 waves,
+// are M >= 1024 ones, which the composition backend serves.)
 struct WorkSplit {
   int64_t ctas;
   bool stream_k;
-  int64_t dp_tiles;  // tiles taken whole, one CTA each, before the stream-K CTAs
-  int64_t sk_ctas;   // CTAs sharing the other tiles by K
 };
+
 // A grouped problem's tile count is known on the device only; the persistent CTAs walk what there is.
 // This bounds it: each group's rows in whole 128-row tiles; valid contiguous ids (each expert's rows
 // consecutive) add at most one part-filled tile per expert.
@@ -125,16 +123,15 @@ int64_t grouped_tile_bound(const GemmProblem& p, int width) {
 }
 
 WorkSplit work_split(const GemmProblem& p, int width) {
-  const int64_t sms = sm_count(p);
   if (p.grouping != Grouping::Dense) {
-    return {std::max<int64_t>(1, std::min(grouped_tile_bound(p, width), sms)), false, 0, 0};
+    return {std::max<int64_t>(1, std::min(grouped_tile_bound(p, width), sm_count(p))), false};
   }
   const int64_t tiles = ceil_div(p.m, 128) * ceil_div(p.n, width);
-  if (p.schedule != Schedule::StreamK && tiles % sms == 0) return {tiles, false, tiles, 0};
-  const int64_t dp_tiles = tiles / sms > 1 ? (tiles / sms - 1) * sms : 0;
-  const int64_t units = (tiles - dp_tiles) * ceil_div(p.k, 64);
-  const int64_t sk_ctas = units < sms ? units : sms;
-  return {dp_tiles + sk_ctas, true, dp_tiles, sk_ctas};
+  const int64_t units = tiles * ceil_div(p.k, 64);
+  const int64_t sms = sm_count(p);
+  const bool uneven = tiles % sms != 0 && tiles < 8 * sms;
+  if (p.schedule != Schedule::StreamK && !uneven) return {tiles, false};
+  return {units < sms ? units : sms, true};
 }
 
 // B is dequantized once into a bf16 scratch matrix (BSource::Bf16) when at least this many 128-row
@@ -165,8 +162,8 @@ Scratch scratch_layout(const GemmProblem& p) {
   const WorkSplit split = work_split(p, width);
   Scratch layout;
   if (split.stream_k) {
-    layout.partials = ceil_div(split.sk_ctas * int64_t(sizeof(int)), kAlign) * kAlign;
-    layout.bytes = layout.partials + split.sk_ctas * 128 * width * int64_t(sizeof(float));
+    layout.partials = ceil_div(split.ctas * int64_t(sizeof(int)), kAlign) * kAlign;
+    layout.bytes = layout.partials + split.ctas * 128 * width * int64_t(sizeof(float));
   }
   if (bf16_b(p)) {
     layout.b_bf16 = ceil_div(layout.bytes, kAlign) * kAlign;
@@ -248,8 +245,7 @@ void launch(const GemmProblem& p, const Scratch& layout, cudaStream_t stream) {
   schedule.n_tiles = ceil_div(p.n, Config::kBlockN);
   schedule.m_tiles = ceil_div(p.m, Config::kBlockM);
   const WorkSplit split = work_split(p, Config::kBlockN);
-  schedule.dp_tiles = split.dp_tiles;
-  schedule.units = (schedule.m_tiles * schedule.n_tiles - split.dp_tiles) * schedule.k_tiles;
+  schedule.units = schedule.m_tiles * schedule.n_tiles * schedule.k_tiles;
   schedule.groups = group_rows(p, layout, stream);
   params.flags = nullptr;
   params.partials = nullptr;
@@ -257,7 +253,7 @@ void launch(const GemmProblem& p, const Scratch& layout, cudaStream_t stream) {
   if (split.stream_k) {
     params.flags = static_cast<int*>(p.scratch);
     params.partials = reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) + layout.partials);
-    FP4_GEMM_CUDA_CHECK(cudaMemsetAsync(params.flags, 0, split.sk_ctas * sizeof(int), stream));
+    FP4_GEMM_CUDA_CHECK(cudaMemsetAsync(params.flags, 0, split.ctas * sizeof(int), stream));
   }
   // After the spans kernel, PDL overlaps this kernel's prologue with it (the kernel waits for it).
   const bool pdl = p.pdl || p.grouping == Grouping::Contiguous;

@@ -134,9 +134,8 @@ struct EngineConfig {
 
   // The CTA's 384 x 168 registers, shifted to the consumers (setmaxnreg). A grouped producer walks
   // the groups and addresses up to five scale atoms per stage: it gets 16 more (at 40 it spilled in
-  // its K loop); a dense one spills a few words per tile at 40, outside its K loop, and its
-  // consumers keep 232 (a build with 224 ran 64 x 17408 x 5120 NVFP4 at 0.78x cuBLAS on the H200
-  // against 0.89x before).
+  // its K loop); dense consumers keep 232 (a build with 224 ran 64 x 17408 x 5120 NVFP4 at 0.78x
+  // cuBLAS on the H200 against 0.89x before).
   static constexpr int kProducerRegisters = kGrouping == Grouping::Dense ? 40 : 56;
   static constexpr int kConsumerRegisters = kGrouping == Grouping::Dense ? 232 : 224;
 };

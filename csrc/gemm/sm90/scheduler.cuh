@@ -3,17 +3,15 @@
 // the same scheduler and see the same sequence. One type per Grouping (problem.h), as DeepGEMM's
 // Scheduler<kGemmType>:
 //
-//   Dense       CTAs [0, dp_tiles) take one whole tile each (data parallel: launched in order, so
-//               neighbouring CTAs share A's rows and B's columns in L2). The other CTAs, G of them,
-//               share the remaining tiles by K (stream-K): units are (output tile, K tile) pairs of
-//               those tiles, tile-major, and stream-K CTA c takes the contiguous units
-//               [c U / G, (c + 1) U / G), so no wave is left part-empty and a tile may be split
-//               between neighbouring CTAs. Then the CTA holding the tile's first K tiles (its last
-//               piece of work) owns the tile: the others, for which the tile is their first piece,
-//               leave float partials and raise a flag; the owner adds them in CTA order (a fixed
-//               order: results are bitwise reproducible) and runs the epilogue. Owners wait only for
-//               pieces that were their contributors' first work, and every stream-K CTA becomes
-//               resident once the whole-tile CTAs before it retire, so no wait chains form.
+//   Dense       units are (output tile, K tile) pairs, tile-major. CTA c of G takes the contiguous
+//               units [c U / G, (c + 1) U / G). With G = tiles that is one whole tile per CTA (data
+//               parallel); with G = the SM count it is stream-K: no wave is left part-empty, and a
+//               tile may be split between neighbouring CTAs. Then the CTA holding the tile's first K
+//               tiles (its last piece of work) owns the tile: the others, for which the tile is
+//               their first piece, leave float partials and raise a flag; the owner adds them in CTA
+//               order (a fixed order: results are bitwise reproducible) and runs the epilogue.
+//               Owners wait only for pieces that were their contributors' first work, so no wait
+//               chains form.
 //   Batched,    whole tiles, persistent: CTA c takes units c, c + G, c + 2G, ... of the groups'
 //   Masked,     tiles laid end to end (group by group; inside a group row tile by row tile, the
 //   Contiguous  column tiles of one row tile adjacent, so a wave shares A's row tiles and each
@@ -34,8 +32,7 @@ struct ScheduleParams {
   int64_t k_tiles;   // K tiles of every output tile
   int64_t n_tiles;   // column tiles of one group's output
   int64_t m_tiles;   // Dense: row tiles
-  int64_t dp_tiles;  // Dense: tiles taken whole, one CTA each (data parallel)
-  int64_t units;     // Dense: the other tiles x k_tiles, the work the stream-K CTAs share
+  int64_t units;     // Dense: output tiles x k_tiles, the work the CTAs share
   GroupRows groups;  // grouped: each group's rows
 };
 
@@ -81,55 +78,32 @@ struct Scheduler {
 template <int kBlockM, int kBlockN>
 struct Scheduler<Grouping::Dense, kBlockM, kBlockN> {
   const ScheduleParams& p;
-  bool whole;                // a data-parallel CTA: its one tile is blockIdx.x
-  int64_t sk_cta, sk_ctas;  // a stream-K CTA: its index among the stream-K CTAs
   int64_t unit, end;
 
   __device__ explicit Scheduler(const ScheduleParams& params)
-      : p(params),
-        whole(blockIdx.x < params.dp_tiles),
-        sk_cta(int64_t(blockIdx.x) - params.dp_tiles),
-        sk_ctas(int64_t(gridDim.x) - params.dp_tiles),
-        unit(whole ? 0 : first_unit(sk_cta)),
-        end(whole ? 1 : first_unit(sk_cta + 1)) {}
+      : p(params), unit(first_unit(blockIdx.x)), end(first_unit(blockIdx.x + 1)) {}
 
-  __device__ __forceinline__ int64_t first_unit(int64_t cta) const { return cta * p.units / sk_ctas; }
+  __device__ __forceinline__ int64_t first_unit(int64_t cta) const { return cta * p.units / int64_t(gridDim.x); }
 
   __device__ __forceinline__ bool next(WorkTile& t) {
-    // 32-bit divisions (a 64-bit one is a call the producer's 40 registers cannot hold): fewer than
-    // 2^31 units (the backend's supports()).
-    const uint32_t k_tiles = uint32_t(p.k_tiles), m_tiles = uint32_t(p.m_tiles);
-    uint32_t tile;
-    if (whole) {
-      if (unit == end) return false;
-      tile = blockIdx.x;
-      t.k_begin = 0;
-      t.k_end = k_tiles;
-      unit = end;
-    } else {
-      if (unit >= end) return false;
-      const uint32_t sk_tile = uint32_t(unit) / k_tiles;
-      tile = uint32_t(p.dp_tiles) + sk_tile;
-      t.k_begin = uint32_t(unit) - sk_tile * k_tiles;
-      t.k_end = end - unit < k_tiles - t.k_begin ? t.k_begin + (end - unit) : k_tiles;
-      unit += t.k_end - t.k_begin;
-    }
-    const uint32_t n_tile = tile / m_tiles;
-    t.tile = tile;
+    if (unit >= end) return false;
+    t.tile = unit / p.k_tiles;
+    t.k_begin = unit % p.k_tiles;
+    t.k_end = end - unit < p.k_tiles - t.k_begin ? t.k_begin + (end - unit) : p.k_tiles;
     t.group = 0;
-    t.m0 = int64_t(tile - n_tile * m_tiles) * kBlockM;
+    t.m0 = (t.tile % p.m_tiles) * kBlockM;
     t.m_end = p.groups.m;
-    t.n0 = int64_t(n_tile) * kBlockN;
+    t.n0 = (t.tile / p.m_tiles) * kBlockN;
+    unit += t.k_end - t.k_begin;
     return true;
   }
 
-  // Stream-K bookkeeping: this CTA's slot among the stream-K CTAs (partials and flags), and the
-  // stream-K CTA holding a split tile's last K tiles: the owner gathers the partials of the CTAs
-  // after it up to that one.
-  __device__ __forceinline__ int64_t slot() const { return sk_cta; }
+  // Stream-K bookkeeping: this CTA's slot (its partials and flag), and the CTA holding a split
+  // tile's last K tiles: the owner gathers the partials of the CTAs after it up to that one.
+  __device__ __forceinline__ int64_t slot() const { return blockIdx.x; }
   __device__ __forceinline__ int64_t last_contributor(const WorkTile& t) const {
-    const int64_t last_unit = (t.tile - p.dp_tiles + 1) * p.k_tiles - 1;
-    return ((last_unit + 1) * sk_ctas - 1) / p.units;
+    const int64_t last_unit = (t.tile + 1) * p.k_tiles - 1;
+    return ((last_unit + 1) * int64_t(gridDim.x) - 1) / p.units;
   }
 };
 
