@@ -181,3 +181,32 @@ def test_linear_layer_compiles_fullgraph(fp4):
 
     compiled = torch.compile(forward, fullgraph=True, backend="aot_eager")
     assert_bitwise_equal(compiled(x), forward(x), "compiled NVFP4Linear")
+
+
+# ---- the W4A16 layer ----------------------------------------------------------------------------
+
+
+def test_w4a16_layer_follows_kernels_layer_rules(fp4):
+    from kernels.layer.layer import _validate_layer
+
+    _validate_layer(check_cls=QuantizedLinear, cls=fp4.layers.W4A16NVFP4Linear, repo="W4A16NVFP4Linear")
+    assert fp4.layers.W4A16NVFP4Linear.can_torch_compile and not fp4.layers.W4A16NVFP4Linear.has_backward
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("m", [1, 5, 130])
+def test_w4a16_layer_is_x_times_the_checkpoint_weight_plus_bias(fp4, ref, m, device):
+    weight = 0.05 * torch.randn(96, 256, generator=torch.Generator().manual_seed(7))
+    ckpt = modelopt_checkpoint(ref, weight, input_amax=12.0)
+    bias = torch.randn(96, generator=torch.Generator().manual_seed(8)).to(torch.bfloat16)
+    tensors = (ckpt["weight"], ckpt["weight_scale"], ckpt["weight_scale_2"].reshape(1))
+    attributes = fp4.layers.from_modelopt_nvfp4_w4a16(*(t.to(device) for t in tensors), bias)
+    module = fp4.layers.load_linear(torch.nn.Module(), attributes)
+    x = make_random(m, 256, torch.bfloat16, device, seed=m, spread=3)
+    out = fp4.layers.W4A16NVFP4Linear.forward(module, x)
+    assert out.shape == (m, 96) and out.dtype == torch.bfloat16
+    codes = ref.unpack_nibbles(ckpt["weight"])
+    w = ref.dequantize_blocks(codes, ckpt["weight_scale"].view(torch.uint8), ref.NVFP4).double()
+    w = w * float(ckpt["weight_scale_2"])
+    a = x.cpu().double()
+    assert_within_bound(out.cpu(), a @ w.T + bias.double(), a, w, f"W4A16NVFP4Linear {m=}")

@@ -15,12 +15,18 @@ carries these attributes:
 | `input_global_scale` | Python float, a power of two (1.0: none) | - | - |
 | `bias` | bfloat16 [N] or None | the same | the same |
 
+W4A16NVFP4Linear (bf16 activations as they are, NVFP4 weights: the W4A16 tier) reads `weight` (uint8
+[N, K/2]), `weight_scale` (SfAtom bytes, flat), `weight_global_scale` (float32 [1], a multiplier:
+weight = code * scale * weight_global_scale) and `bias`: forward(x) = x @ W^T * weight_global_scale +
+bias, one GEMM (dense_gemm's "w4a16-nvfp4" mode: the bias in its epilogue, one rounding), every M.
+
 forward(x): x [..., K] bfloat16 or float16 -> [..., N] in x's dtype: the rows of x are quantized with
 the recipe's quantizer (group_wise_quant), multiplied by dense_gemm, bias added in its epilogue. The
 activation scale is a power of two, so multiplying by it is exact and the result is the package's own
 quantizer and GEMM on x * 2^k (docs/FORMATS.md). Shapes and dtypes are checked by those functions.
 
 Converting weights into these attributes: `from_modelopt_nvfp4` and `from_compressed_tensors_nvfp4`
+(and `from_modelopt_nvfp4_w4a16` for the W4A16 layer)
 (NVFP4 checkpoints: row-major E4M3 scales, swizzled here), `quantize_linear` (a dense weight, with the
 package's quantizers), and `load_linear` to register them as buffers of a module.
 """
@@ -34,6 +40,7 @@ from torch import nn
 
 from . import _validate, reference
 from ._halops import dense_gemm, group_wise_quant
+from ._nvfp4 import adopt_nvfp4_w4a16_marlin
 
 # largest |value| NVFP4 represents with scale 448 (E2M1 max 6 x E4M3 max 448): the global scales map
 # the tensor's amax at most there, so no block scale saturates
@@ -81,6 +88,20 @@ class MXFP8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _quantized_linear(self, x, "w8a8-mxfp8")
+
+
+class W4A16NVFP4Linear(nn.Module):
+    """W4A16 linear: bf16 activations as they are, NVFP4 weight (E2M1, UE4M3 per 16, global scale)."""
+
+    can_torch_compile = True
+    has_backward = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16).contiguous()
+        out = torch.empty(rows.shape[0], self.weight.shape[0], dtype=torch.bfloat16, device=x.device)
+        bias = getattr(self, "bias", None)
+        dense_gemm(rows, self.weight, None, self.weight_scale, out, bias, self.weight_global_scale, mode="w4a16-nvfp4")
+        return out.to(x.dtype).reshape(*x.shape[:-1], out.shape[1])
 
 
 # ---- weights into layer attributes ------------------------------------------------------------
@@ -173,6 +194,20 @@ def from_modelopt_nvfp4(
     """
     gs_a = None if input_scale is None else 1.0 / _scalar("input_scale", input_scale)
     return nvfp4_linear(weight, weight_scale, 1.0 / _scalar("weight_scale_2", weight_scale_2), gs_a, bias)
+
+
+def from_modelopt_nvfp4_w4a16(
+    weight: torch.Tensor, weight_scale: torch.Tensor, weight_scale_2: torch.Tensor, bias: torch.Tensor | None = None
+) -> Attributes:
+    """W4A16NVFP4Linear's attributes from a ModelOpt NVFP4 layer (adopt_nvfp4_w4a16_marlin: the packed
+    weight as stored, its scales swizzled, weight_scale_2 as the global scale)."""
+    packed, scales, global_scale, _ = adopt_nvfp4_w4a16_marlin(weight, weight_scale, weight_scale_2)
+    return {
+        "weight": packed,
+        "weight_scale": scales,
+        "weight_global_scale": global_scale,
+        "bias": _bias(bias, packed.shape[0], packed.device),
+    }
 
 
 def from_compressed_tensors_nvfp4(
