@@ -9,6 +9,7 @@
 
 #include "csrc/common/launch.cuh"
 #include "csrc/gemm/group_scales.h"
+#include "csrc/gemm/grouping.cuh"
 
 namespace fp4_gemm {
 namespace {
@@ -206,6 +207,22 @@ void find_group_spans(const int32_t* ids, int64_t m, int64_t groups, int32_t* fi
   }
   const GroupSpansParams params{ids, static_cast<int32_t>(m), static_cast<int32_t>(groups), first, rows};
   launch_kernel(group_spans_kernel, dim3(1), dim3(kGroupThreads), 0, stream, pdl, params);
+}
+
+GroupRows device_group_rows(const GemmProblem& p, int32_t* spans, cudaStream_t stream) {
+  GroupRows rows;
+  rows.grouping = p.grouping;
+  rows.groups = p.groups;
+  rows.m = p.m;
+  rows.group_rows = p.group_rows;
+  if (p.grouping == Grouping::Masked) rows.counts = p.group_index;
+  if (p.grouping == Grouping::Contiguous) {
+    find_group_spans(p.group_index, p.m, p.groups, spans, spans + p.groups, p.pdl, stream);
+    rows.ids = p.group_index;
+    rows.first = spans;
+    rows.rows = spans + p.groups;
+  }
+  return rows;
 }
 
 void tile_group_scales(const TileGroupScalesProblem& problem, cudaStream_t stream) {

@@ -14,6 +14,8 @@
 // replay reads the counts and ids of the moment.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
 
 #include "csrc/gemm/problem.h"
@@ -92,5 +94,10 @@ struct GroupCursor {
     return seek(rows.groups, unit, [&rows](int64_t g) { return rows.span(g); }, units);
   }
 };
+
+// The GroupRows of a problem, for a kernel launched next on `stream`. A contiguous problem's spans
+// are found first (find_group_spans, stream-ordered) into spans[0, 2 * groups): int32 device memory,
+// the caller's scratch. Defined in group_scales.cu.
+GroupRows device_group_rows(const GemmProblem& p, int32_t* spans, cudaStream_t stream);
 
 }  // namespace fp4_gemm

@@ -12,7 +12,7 @@
 #include "csrc/common/check.h"
 #include "csrc/common/launch.cuh"
 #include "csrc/gemm/backends.h"
-#include "csrc/gemm/group_scales.h"
+#include "csrc/gemm/grouping.cuh"
 #include "csrc/gemm/sm90/tensor_map.h"
 #include "csrc/gemm/skinny/kernel.cuh"
 
@@ -349,22 +349,10 @@ void run(const GemmProblem& p, cudaStream_t stream) {
   args.act_bytes = plan.act_bytes;
   args.epilogue = p.epilogue;
   args.unbias = exp2i(plan.choice.unbias_exponent);
-  GroupRows& groups = args.groups;
-  groups.grouping = p.grouping;
-  groups.groups = p.groups;
-  groups.m = p.m;
-  groups.group_rows = p.group_rows;
-  if (p.grouping == Grouping::Masked) groups.counts = p.group_index;
-  if (p.grouping == Grouping::Contiguous) {
-    if (p.scratch == nullptr || p.scratch_bytes < span_bytes(p)) {
-      throw std::runtime_error("fp4_gemm skinny: a contiguous grouping needs the scratch scratch_bytes() asks for");
-    }
-    auto* spans = static_cast<int32_t*>(p.scratch);
-    groups.ids = p.group_index;
-    groups.first = spans;
-    groups.rows = spans + p.groups;
-    find_group_spans(p.group_index, p.m, p.groups, spans, spans + p.groups, p.pdl, stream);
+  if (p.grouping == Grouping::Contiguous && (p.scratch == nullptr || p.scratch_bytes < span_bytes(p))) {
+    throw std::runtime_error("fp4_gemm skinny: a contiguous grouping needs the scratch scratch_bytes() asks for");
   }
+  args.groups = device_group_rows(p, static_cast<int32_t*>(p.scratch), stream);
   launch(plan, args, p.pdl, stream);
 }
 

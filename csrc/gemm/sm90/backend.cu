@@ -8,7 +8,7 @@
 #include "csrc/common/launch.cuh"
 #include "csrc/gemm/backends.h"
 #include "csrc/gemm/dequantize_operand.h"
-#include "csrc/gemm/group_scales.h"
+#include "csrc/gemm/grouping.cuh"
 #include "csrc/gemm/sm90/engine.cuh"
 #include "csrc/gemm/sm90/tensor_map.h"
 
@@ -171,7 +171,7 @@ Scratch scratch_layout(const GemmProblem& p) {
   }
   if (p.grouping == Grouping::Contiguous) {  // first[groups], then rows[groups]
     layout.spans = ceil_div(layout.bytes, kAlign) * kAlign;
-    layout.bytes = layout.spans + 2 * ceil_div(p.groups * int64_t(sizeof(int32_t)), kAlign) * kAlign;
+    layout.bytes = layout.spans + 2 * p.groups * int64_t(sizeof(int32_t));
   }
   return layout;
 }
@@ -183,26 +183,6 @@ const void* dequantize_b(const GemmProblem& p, const Scratch& layout, cudaStream
   void* out = static_cast<uint8_t*>(p.scratch) + layout.b_bf16;
   dequantize_operand(p.b, p.n, p.k, FloatType::Bf16, out, stream);
   return out;
-}
-
-// Each group's rows as the kernels read them on the device (grouping.cuh); the contiguous spans
-// are found from the expert ids first, into the scratch, stream-ordered before the GEMM.
-GroupRows group_rows(const GemmProblem& p, const Scratch& layout, cudaStream_t stream) {
-  GroupRows rows;
-  rows.grouping = p.grouping;
-  rows.groups = p.groups;
-  rows.m = p.m;
-  rows.group_rows = p.group_rows;
-  if (p.grouping == Grouping::Masked) rows.counts = p.group_index;
-  if (p.grouping == Grouping::Contiguous) {
-    auto* first = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(p.scratch) + layout.spans);
-    int32_t* count = first + ceil_div(p.groups * int64_t(sizeof(int32_t)), kAlign) * kAlign / int64_t(sizeof(int32_t));
-    find_group_spans(p.group_index, p.m, p.groups, first, count, p.pdl, stream);
-    rows.ids = p.group_index;
-    rows.first = first;
-    rows.rows = count;
-  }
-  return rows;
 }
 
 template <class Config>
@@ -246,7 +226,9 @@ void launch(const GemmProblem& p, const Scratch& layout, cudaStream_t stream) {
   schedule.m_tiles = ceil_div(p.m, Config::kBlockM);
   const WorkSplit split = work_split(p, Config::kBlockN);
   schedule.units = schedule.m_tiles * schedule.n_tiles * schedule.k_tiles;
-  schedule.groups = group_rows(p, layout, stream);
+  // Contiguous: the spans into the scratch (2 * groups int32 at layout.spans), found before the GEMM.
+  schedule.groups = device_group_rows(p, reinterpret_cast<int32_t*>(static_cast<uint8_t*>(p.scratch) + layout.spans),
+                                      stream);
   params.flags = nullptr;
   params.partials = nullptr;
   params.epilogue = p.epilogue;
