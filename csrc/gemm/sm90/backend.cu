@@ -63,8 +63,6 @@ bool supports(const GemmProblem& p) {
   if (e.activation == Activation::Geglu) return false;
   if (!operand_pair_supported(p.a.format, p.b.format)) return false;
   if (p.m < 1 || p.n < 1 || p.k < 1 || p.m > INT32_MAX || p.n > INT32_MAX) return false;
-  // The scheduler's 32-bit (tile, K tile) units.
-  if (ceil_div(p.m, 128) * ceil_div(p.n, 128) * ceil_div(p.k, 64) > INT32_MAX) return false;
   // TMA: 16-byte aligned bases and row pitches; bulk scale copies: 16-byte aligned buffers.
   if (row_bytes(p.a.format, p.k) % 16 != 0 || row_bytes(p.b.format, p.k) % 16 != 0) return false;
   if (!is_aligned(p.a.values, 16) || !is_aligned(p.b.values, 16)) return false;
