@@ -145,7 +145,7 @@ def _w4a16_arguments(function: Callable) -> Iterator[tuple[list, dict]]:
     for m in (*QUERY_M, 1024):
         x = _fake(m, QUERY_K, dtype=torch.bfloat16)
         b, sfb = _values((QUERY_N,), reference.NVFP4)
-        yield [x, b, sfb, _fake(1, dtype=torch.float32)], {"workspace": _fake(132, dtype=torch.int32)}
+        yield [x, b, sfb, _fake(1, dtype=torch.float32)], {"workspace": _fake(1, dtype=torch.int32)}
 
 
 def _halops_arguments(function: Callable, weight_only: bool = False) -> Iterator[tuple[list, dict]]:

@@ -490,11 +490,17 @@ def gemv(a: object, b: object, warps: object, stages: object) -> None:
     checked(verdict_key("gemv", a, b, warps, stages), _gemv, a, b, warps, stages)
 
 
-def _gemv(a: object, b: object, warps: object, stages: object) -> None:
+def _one_row(function: str, a: object, b: object, warps: object, stages: object) -> tuple[int, int]:
+    """The rules every M = 1 GEMV shares: packed operands, its knobs, one row of A; returns (N, K)."""
     m, n, k = packed_shape(a, b)
     skinny_knobs(warps, stages)
     if m != 1:
-        fail(f"fp4_w4a4_gemv_warpsplit_interleaved_bf16 serves M = 1 only, got M={m}")
+        fail(f"{function} serves M = 1 only, got M={m}")
+    return n, k
+
+
+def _gemv(a: object, b: object, warps: object, stages: object) -> None:
+    n, k = _one_row("fp4_w4a4_gemv_warpsplit_interleaved_bf16", a, b, warps, stages)
     multiple("N", n, reference.STREAM_TILE_ROWS, "the streaming layout tiles 8 rows")
     multiple("K", k, reference.STREAM_TILE_K, "the streaming layout tiles 64 elements")
 
@@ -548,10 +554,7 @@ def gemv_standard(a: object, b: object, warps: object, stages: object) -> None:
 
 
 def _gemv_standard(a: object, b: object, warps: object, stages: object) -> None:
-    m, _, _ = packed_shape(a, b)
-    skinny_knobs(warps, stages)
-    if m != 1:
-        fail(f"fp4_w4a4_gemv_warpsplit_bf16 serves M = 1 only, got M={m}")
+    _one_row("fp4_w4a4_gemv_warpsplit_bf16", a, b, warps, stages)
 
 
 # ---- the W4A16 tier (bf16 activations, NVFP4 weights) ------------------------------------------
