@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from cases import BLACKWELL_CAPABILITIES, STAGED_KINDS
 from conftest import ROOT, variant_dir, variant_metadata
 
@@ -451,18 +452,26 @@ def test_capabilities_call_the_served_functions_compile_verified(fp4, cc, functi
     assert fp4.capabilities()["functions"][function][f"sm_{cc}"] == "native (compile-verified)"
 
 
-@pytest.mark.parametrize("function", ["nvfp4_gemm_bias_bf16", "nvfp4_gemm_bias_residual_fp16"])
+@pytest.mark.parametrize("bias", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("out_format", ["bf16", "fp16"])
+@pytest.mark.parametrize("grouping", ["dense", "batched", "masked", "contiguous"])
 @pytest.mark.parametrize("cc", BLACKWELL)
-def test_capabilities_call_bias_functions_reference_where_a_bias_dtype_runs_the_reference(fp4, cc, function):
-    """The epilogue reads the bias in the output type: the function's calls with another bias dtype
-    (it accepts bf16, fp16 and float32) run the reference, so the function is not native there."""
+def test_backend_serves_every_bias_dtype_in_every_output_type(fp4, cc, grouping, out_format, bias):
+    """The epilogue reads the bias as float32, a bf16 or fp16 one widened into scratch first."""
+    require_built(cc)
+    assert backend(fp4, cc, grouping=grouping, out_format=out_format, bias=bias) == BACKENDS[cc]
+
+
+@pytest.mark.parametrize(
+    "function", ["nvfp4_gemm_bias_bf16", "nvfp4_gemm_bias_residual_fp16", "nvfp4_gemm_streamk_bias_bf16"]
+)
+@pytest.mark.parametrize("cc", BLACKWELL)
+def test_capabilities_call_bias_functions_compile_verified_for_every_bias_dtype(fp4, cc, function):
     require_built(cc)
     calls = fp4._capabilities.gemm_calls(function)
-    out_dtype = calls[0].out.dtype
-    for call in calls:
-        served = call.backend(cc) != ""
-        assert served == (call.bias.dtype == out_dtype or call.a.shape[0] <= 16), f"bias {call.bias.dtype}"
-    assert fp4.capabilities()["functions"][function][f"sm_{cc}"] == "reference"
+    assert {call.bias.dtype for call in calls} == {torch.bfloat16, torch.float16, torch.float32}
+    assert all(call.backend(cc) != "" for call in calls)
+    assert fp4.capabilities()["functions"][function][f"sm_{cc}"] == "native (compile-verified)"
 
 
 # ---- the scale layout handed to CUTLASS --------------------------------------------------------

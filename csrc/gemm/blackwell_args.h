@@ -179,15 +179,11 @@ inline bool blackwell_supports(const GemmProblem& p) {
   // alignment) and of the block size, N a multiple of 8 (16 bytes of bf16/fp16 D and C).
   // CUTLASS's problem shape is int.
   const bool shape = p.k % 32 == 0 && p.n % 8 == 0 && p.m <= INT32_MAX && p.n <= INT32_MAX && p.k <= INT32_MAX;
-  // The epilogue reads the bias in the kernel's output type.
-  const FloatType out_type = e.out_format == OutFormat::Fp32   ? FloatType::Fp32
-                             : e.out_format == OutFormat::Fp16 ? FloatType::Fp16
-                                                               : FloatType::Bf16;
-  const bool bias = e.bias == nullptr || (e.bias_type == out_type && (!e.bias_per_group || per_group));
+  // Any bias dtype: the epilogue reads it as float32, widened into scratch where it is not (float_bias.h).
+  const bool bias = e.bias == nullptr || !e.bias_per_group || per_group;
   const bool alpha = e.alpha_count <= 1 || (per_group && e.alpha_count == p.groups);
   const bool aligned = is_aligned(p.a.values, 16) && is_aligned(p.b.values, 16) && is_aligned(p.a.scales, 16) &&
-                       is_aligned(p.b.scales, 16) && is_aligned(e.out, 16) && is_aligned(e.residual, 16) &&
-                       is_aligned(e.bias, 16);
+                       is_aligned(p.b.scales, 16) && is_aligned(e.out, 16) && is_aligned(e.residual, 16);
   return grouping && shape && bias && alpha && aligned;
 }
 

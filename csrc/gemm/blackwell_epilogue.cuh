@@ -2,7 +2,8 @@
 //
 //   D = act(beta * C + (alpha_scale * alpha[l] * acc + bias[l][n]))      beta = 1 with a residual C, else 0
 //
-// in float32, rounded once to bf16/fp16. Every feature is a runtime argument of the same tree, so one
+// in float32, rounded once to bf16/fp16. The bias is read as float32 (float_bias.h widens a bf16 or
+// fp16 one into scratch first), so every bias dtype runs on the same kernel. Every feature is a runtime argument of the same tree, so one
 // kernel per (format, output type, tile) serves all epilogues: a null bias pointer reads as zeros, beta
 // = 0 skips the load of C altogether (CUTLASS's beta * C + Z node), and the activation is a uniform
 // switch. The nodes are the sm90 ones that the sm100 and sm120 epilogues reuse.
@@ -54,9 +55,9 @@ constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 // alpha_scale * alpha[l]: a product of two broadcast scalars, the device one optionally per batch.
 using Alpha = Sm90ScalarBroadcast<float, Stride<_0, _0, int64_t>, 2>;
 
-// bias[l][n] in the output type; a null pointer reads as zeros.
-template <class CtaTileShapeMNK, class ElementD>
-using Bias = Sm90RowBroadcast<0, CtaTileShapeMNK, ElementD, float, Stride<_0, _1, int64_t>>;
+// bias[l][n] in float32; a null pointer reads as zeros.
+template <class CtaTileShapeMNK>
+using Bias = Sm90RowBroadcast<0, CtaTileShapeMNK, float, float, Stride<_0, _1, int64_t>>;
 
 template <GemmArch Arch, class CtaTileShapeMNK, class ElementD>
 using Tree =
@@ -65,7 +66,7 @@ using Tree =
                       Sm90ScalarBroadcast<float>,                                          // beta
                       Sm90SrcFetch<ElementD>,                                              // C: residual
                       Sm90EVT<Sm90Compute<cutlass::homogeneous_multiply_add, float, float, kRound>,  // z
-                              Alpha, Sm90AccFetch, Bias<CtaTileShapeMNK, ElementD>>>>;
+                              Alpha, Sm90AccFetch, Bias<CtaTileShapeMNK>>>>;
 
 }  // namespace blackwell_evt
 
@@ -74,7 +75,7 @@ using BlackwellEpilogue = blackwell_evt::Tree<Arch, CtaTileShapeMNK, ElementD>;
 
 // The tree's arguments from the problem's epilogue; `alpha_batch` / `bias_batch` are the L strides
 // (0: shared by every batch).
-template <class Arguments, class ElementD>
+template <class Arguments>
 Arguments blackwell_epilogue_arguments(const GemmEpilogue& e, int64_t alpha_batch, int64_t bias_batch) {
   using cute::_0;
   using cute::_1;
@@ -84,7 +85,7 @@ Arguments blackwell_epilogue_arguments(const GemmEpilogue& e, int64_t alpha_batc
   z.op_0.scalar_ptrs[0] = e.alpha;
   z.op_0.dScalar[0] = {_0{}, _0{}, alpha_batch};
   z.op_0.scalars[1] = e.alpha_scale;
-  z.op_2.ptr_row = static_cast<const ElementD*>(e.bias);
+  z.op_2.ptr_row = static_cast<const float*>(e.bias);  // float32: with_float_bias
   z.op_2.dRow = {_0{}, _1{}, bias_batch};
   args.op_0.op_0.scalars[0] = e.residual != nullptr ? 1.0f : 0.0f;  // beta
   args.op_1 = ActivationArguments{e.activation};

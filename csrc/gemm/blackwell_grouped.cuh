@@ -21,6 +21,7 @@
 
 #include "csrc/common/launch.cuh"
 #include "csrc/gemm/blackwell_run.cuh"
+#include "csrc/gemm/float_bias.h"
 #include "csrc/gemm/group_scales.h"
 
 namespace fp4_gemm {
@@ -167,7 +168,7 @@ typename Gemm::Arguments blackwell_grouped_arguments(const GemmProblem& p,
   args.mainloop.layout_SFB = arrays.layout_sfb;
   const GemmEpilogue& e = p.epilogue;
   // The epilogue sees group g as batch l = g: alpha and bias step per group where there is one each.
-  args.epilogue.thread = blackwell_epilogue_arguments<decltype(args.epilogue.thread), ElementD>(
+  args.epilogue.thread = blackwell_epilogue_arguments<decltype(args.epilogue.thread)>(
       e, e.alpha_count > 1 ? 1 : 0, e.bias_per_group ? p.n : 0);
   args.epilogue.ptr_C = typed(arrays.c, args.epilogue.ptr_C);
   args.epilogue.dC = arrays.stride_c;
@@ -312,6 +313,38 @@ inline GemmProblem with_tiled_scales(const GemmProblem& p, cudaStream_t stream) 
   return out;
 }
 
+// Whether the bias must be widened into scratch first: the epilogue tree reads float32 with 16-byte
+// vector loads (float_bias.h).
+inline bool needs_float_bias(const GemmEpilogue& e) {
+  return e.bias != nullptr && (e.bias_type != FloatType::Fp32 || !is_aligned(e.bias, 16));
+}
+
+inline int64_t float_bias_bytes(const GemmProblem& p) {
+  if (!needs_float_bias(p.epilogue)) return 0;
+  constexpr int64_t kAlign = 256;
+  const int64_t count = bias_elements(p.n, p.groups, p.epilogue.bias_per_group);
+  return ceil_div(count * static_cast<int64_t>(sizeof(float)), kAlign) * kAlign;
+}
+
+// Widens the bias into the head of p.scratch where needs_float_bias says so, and returns the problem
+// on the float32 copy, its scratch past it. Stream-ordered device work only: no host sync.
+inline GemmProblem with_float_bias(const GemmProblem& p, cudaStream_t stream) {
+  GemmProblem out = p;
+  const int64_t bytes = float_bias_bytes(p);
+  if (bytes == 0) return out;
+  if (p.scratch_bytes < bytes) {
+    throw std::runtime_error("fp4_gemm: the Blackwell GEMM got less scratch than its float32 bias needs");
+  }
+  float* bias = static_cast<float*>(p.scratch);
+  widen_to_float(p.epilogue.bias, p.epilogue.bias_type, bias_elements(p.n, p.groups, p.epilogue.bias_per_group),
+                 bias, p.pdl, stream);
+  out.epilogue.bias = bias;
+  out.epilogue.bias_type = FloatType::Fp32;
+  out.scratch = static_cast<uint8_t*>(p.scratch) + bytes;
+  out.scratch_bytes = p.scratch_bytes - bytes;
+  return out;
+}
+
 // run() and scratch_bytes() of a family's kernel (Sm100Kernel, Sm120Kernel), given its recipe
 // template: masked and contiguous problems take the recipe's grouped twin where it has one
 // (kHasGroupedKernel), the rest its universal kernel. Only sm_110a launches without PDL (CUTLASS's
@@ -319,7 +352,7 @@ inline GemmProblem with_tiled_scales(const GemmProblem& p, cudaStream_t stream) 
 template <template <GemmArch, OperandFormat, OutFormat, BlackwellTile, bool> class Recipe, GemmArch Arch,
           OperandFormat Format, OutFormat Out, BlackwellTile Tile>
 void run_blackwell_recipe(const GemmProblem& original, cudaStream_t stream) {
-  const GemmProblem problem = with_tiled_scales(original, stream);
+  const GemmProblem problem = with_tiled_scales(with_float_bias(original, stream), stream);
   const BlackwellKernelId id{Arch, Format, Out, Tile};
   if constexpr (kHasGroupedKernel<Out, Tile>) {
     if (blackwell_grouped(problem)) {
@@ -340,12 +373,12 @@ int64_t blackwell_recipe_scratch_bytes(const GemmProblem& problem) {
   if constexpr (kHasGroupedKernel<Out, Tile>) {
     if (blackwell_grouped(problem)) {
       using Grouped = Recipe<Arch, Format, Out, Tile, true>;
-      return tiled_scales_bytes(problem) +
+      return float_bias_bytes(problem) + tiled_scales_bytes(problem) +
              blackwell_grouped_scratch_bytes<typename Grouped::Gemm, typename Grouped::ElementD>(problem);
     }
   }
   using Universal = Recipe<Arch, Format, Out, Tile, false>;
-  return tiled_scales_bytes(problem) +
+  return float_bias_bytes(problem) + tiled_scales_bytes(problem) +
          blackwell_workspace_bytes<typename Universal::Gemm, typename Universal::ElementD>(problem);
 }
 

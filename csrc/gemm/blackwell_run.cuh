@@ -120,7 +120,7 @@ typename Gemm::Arguments blackwell_arguments(const GemmProblem& p) {
 
   const GemmEpilogue& e = p.epilogue;
   auto& epilogue = args.epilogue;
-  epilogue.thread = blackwell_epilogue_arguments<decltype(epilogue.thread), ElementD>(e, batch.alpha_stride,
+  epilogue.thread = blackwell_epilogue_arguments<decltype(epilogue.thread)>(e, batch.alpha_stride,
                                                                                       batch.bias_stride);
   // Without a residual beta is 0 and C is never read; D stands in so the TMA descriptor is valid.
   epilogue.ptr_C = static_cast<const ElementD*>(e.residual != nullptr ? e.residual : e.out);
