@@ -758,20 +758,20 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
       // pipeline stage, makes ptxas serialize them all. Tile kt + 1 overwrites the bf16 tile of
       // kt - 2: the other warpgroup retired wgmma(kt - 2) before it reached the barrier of tile kt,
       // which this thread has passed. (With two tiles, wgmma(kt - 1) of the other warpgroup may
-      // still be reading.)
-      stage_in(t.k_begin, ring, sf_a, sf_b, frag[0]);
-      for (int64_t kt = t.k_begin; kt < t.k_end; ++kt, ring = ring.next()) {
+      // still be reading.) The two fragment buffers alternate, the loop unrolled twice.
+      const auto step = [&](int64_t kt, uint32_t(&f)[4][4], uint32_t(&next_f)[4][4]) {
         const RingPosition<Config> next = ring.next();
-        issue_tile<Config>(frag[0], b_tile(ring), acc);
-        if (kt + 1 < t.k_end) stage_in(kt + 1, next, sf_a, sf_b, frag[1]);
+        issue_tile<Config>(f, b_tile(ring), acc);
+        if (kt + 1 < t.k_end) stage_in(kt + 1, next, sf_a, sf_b, next_f);
         wgmma_wait<0>();
-        for (auto& f : frag[0]) pin_registers(f);  // alive until retired: tile kt + 1 cannot reuse them
+        for (auto& r : f) pin_registers(r);  // alive until retired: tile kt + 1 cannot reuse them
         if constexpr (!Config::kPackedB) release(ring.stage);
-        // Hand tile kt + 1's fragments over with moves (no wgmma in flight now) rather than
-        // unrolling the loop twice: one copy of the loop body fits the instruction cache.
-        for (int s = 0; s < 4; ++s) {
-          for (int r = 0; r < 4; ++r) frag[0][s][r] = frag[1][s][r];
-        }
+        ring = next;
+      };
+      stage_in(t.k_begin, ring, sf_a, sf_b, frag[0]);
+      for (int64_t kt = t.k_begin; kt < t.k_end; kt += 2) {
+        step(kt, frag[0], frag[1]);
+        if (kt + 1 < t.k_end) step(kt + 1, frag[1], frag[0]);
       }
     }
     pin_registers(acc);
