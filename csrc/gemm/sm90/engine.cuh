@@ -128,6 +128,10 @@ struct EngineConfig {
   // The epilogue multiplies the accumulators by 2^(kValueExponentA + kValueExponentB), exactly.
   static constexpr int kValueExponentA = kA == OperandFormat::Nvfp4 && kPackedB ? 7 : 0;
   static constexpr int kValueExponentB = kB == OperandFormat::Nvfp4 && kPackedB ? 7 : 0;
+  // The register-fragment K loop unrolled twice (two fragment buffers alternating, no moves), where
+  // it measured faster (benchmarks/NOTES.md): not for MXFP8, whose larger loop body ran 1-3% slower
+  // unrolled, nor for E0M3 weights (not measured).
+  static constexpr bool kAlternatingFragments = kA != OperandFormat::Mxfp8 && kB != OperandFormat::E0m3;
   static_assert(!kBf16A || kB == OperandFormat::Bf16 || kB == OperandFormat::Nvfp4 || kB == OperandFormat::Mxfp4,
                 "bf16 activations pair with 4-bit weights (the fragment order of a packed B) or bf16 weights");
 
@@ -758,7 +762,9 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
       // pipeline stage, makes ptxas serialize them all. Tile kt + 1 overwrites the bf16 tile of
       // kt - 2: the other warpgroup retired wgmma(kt - 2) before it reached the barrier of tile kt,
       // which this thread has passed. (With two tiles, wgmma(kt - 1) of the other warpgroup may
-      // still be reading.) The two fragment buffers alternate, the loop unrolled twice.
+      // still be reading.) The two fragment buffers alternate with the loop unrolled twice, or
+      // (kAlternatingFragments false) tile kt + 1's fragments are handed over with moves, keeping
+      // one copy of the loop body in the instruction cache.
       const auto step = [&](int64_t kt, uint32_t(&f)[4][4], uint32_t(&next_f)[4][4]) {
         const RingPosition<Config> next = ring.next();
         issue_tile<Config>(f, b_tile(ring), acc);
@@ -769,9 +775,18 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
         ring = next;
       };
       stage_in(t.k_begin, ring, sf_a, sf_b, frag[0]);
-      for (int64_t kt = t.k_begin; kt < t.k_end; kt += 2) {
-        step(kt, frag[0], frag[1]);
-        if (kt + 1 < t.k_end) step(kt + 1, frag[1], frag[0]);
+      if constexpr (Config::kAlternatingFragments) {
+        for (int64_t kt = t.k_begin; kt < t.k_end; kt += 2) {
+          step(kt, frag[0], frag[1]);
+          if (kt + 1 < t.k_end) step(kt + 1, frag[1], frag[0]);
+        }
+      } else {
+        for (int64_t kt = t.k_begin; kt < t.k_end; ++kt) {
+          step(kt, frag[0], frag[1]);
+          for (int s = 0; s < 4; ++s) {
+            for (int r = 0; r < 4; ++r) frag[0][s][r] = frag[1][s][r];
+          }
+        }
       }
     }
     pin_registers(acc);
