@@ -255,6 +255,27 @@ def test_runs_are_bitwise_equal_and_replay_in_a_cuda_graph(fp4, ref):
 
 
 @requires_sm90
+@pytest.mark.parametrize("a_format", ["nvfp4", "bf16"])
+@pytest.mark.parametrize("shape", [(64, 4352, 5120), (256, 17408, 1024)], ids=lambda s: "x".join(map(str, s)))
+def test_stream_k_runs_are_bitwise_equal(fp4, ref, a_format, shape):
+    # few tiles on all SMs: stream-K with one piece per CTA (64 rows), and with whole tiles between
+    # pieces (256 rows: more units per CTA than one tile's K tiles), whose epilogue staging the next
+    # piece's B decode reuses
+    m, n, k = shape
+    (a, b, sfa, sfb), a_dq, b_dq = nvfp4_operands(fp4, ref, m, n, k)
+    if a_format == "bf16":
+        a, sfa, a_dq = a_dq.to(torch.bfloat16), None, a_dq.to(torch.bfloat16).double()
+    runs = []
+    for _ in range(8):
+        out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
+        engine_gemm(fp4, a, b, sfa, sfb, a_format, "nvfp4", out)
+        runs.append(out)
+    assert_within_bound(runs[0], a_dq @ b_dq.T, a_dq, b_dq, f"{a_format} {shape}")
+    for i, out in enumerate(runs[1:], 1):
+        assert_bitwise_equal(out, runs[0], f"{a_format} {shape} run {i}")
+
+
+@requires_sm90
 def test_k_not_a_multiple_of_32_falls_back_to_the_exact_reference(fp4, ref):
     (a, b, sfa, sfb), a_dq, b_dq = nvfp4_operands(fp4, ref, 64, 64, 48)
     assert backend(fp4, m=64, n=64, k=48) == ""

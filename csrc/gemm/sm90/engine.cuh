@@ -660,6 +660,9 @@ __device__ __forceinline__ void store_tile(const SharedStorage<Config>& smem, co
       store_pair(e, m, n, p.n, y0, y1);
     }
   }
+  // The staging overlaps the bf16 B tiles, which a persistent CTA's next tile decodes into as soon
+  // as its first stage arrives: every consumer has read the staging before any of them goes on.
+  named_barrier_sync(1, Config::kConsumerThreads);
 }
 
 // Stream-K: this CTA's partial tile (its first piece of work) for the tile's owner, in its slot.
