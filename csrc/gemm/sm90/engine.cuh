@@ -22,8 +22,9 @@
 // The bf16 B tile holds, at slot 16s + 8h + 2q + b of each row, that same element 16q + ... of the
 // packed row, so a 16-byte swizzle chunk c (= P) of a row gathers one pair from each q.
 //
-// Exactness: every element times its block scale is exact in bf16 (docs/FORMATS.md), so the
-// result differs from the float64 reference only by float32 accumulation order.
+// Exactness: every element times its block scale (NVFP4: times 2^-7 as well, which the epilogue
+// multiplies back; see "operand decoding") is exact in bf16 (docs/FORMATS.md), so the result
+// differs from the float64 reference only by float32 accumulation order.
 #pragma once
 
 #include <cuda.h>
