@@ -197,6 +197,46 @@ def test_nan_scale_makes_its_row_and_only_its_row_nan(fp4, ref, mode):
     assert nan_rows == [70] and bool(out[70].isnan().all())
 
 
+def adversarial_operand(fp4, ref, fmt: str, rows: int, k: int, seed: int):
+    """Random element bytes (no E4M3 NaN codes) and random scale codes over the whole UE4M3 range
+    (subnormal, zero and 448 included) or the UE8M0 codes 2^-30 .. 2^30, of one halops operand; the
+    scale buffer's padding bytes (blocks past K) hold the NaN code."""
+    form = ref.FORMATS[fmt]
+    values, scales = fp4.group_wise_quant(random_bf16(rows, k, seed), {v: m for m, v in MODES.items()}[fmt])
+    g = torch.Generator(device="cuda").manual_seed(seed)
+
+    def random_bytes(shape, low: int, high: int) -> torch.Tensor:
+        return torch.randint(low, high, shape, generator=g, device="cuda", dtype=torch.uint8)
+
+    codes = values.view(torch.uint8)
+    if fmt == "mxfp8":  # magnitudes 0 .. 0x7E, either sign
+        codes.copy_(random_bytes(codes.shape, 0, 0x7F) | (random_bytes(codes.shape, 0, 2) << 7))
+    else:
+        codes.copy_(random_bytes(codes.shape, 0, 256))
+    flat = scales.view(-1)
+    flat.copy_(random_bytes(flat.shape, 0, 0x7F) if form.scale != "ue8m0" else random_bytes(flat.shape, 97, 158))
+    nkb = k // form.group
+    nkt = ref._ceil_div(nkb, 4)
+    for kb in range(nkb, 4 * nkt):
+        flat[torch.as_tensor(ref.sf_offset(torch.arange(rows), kb, nkb), device="cuda")] = form.scale_nan
+    return values, scales, ref.dequantize(values, scales, form).double()
+
+
+@requires_sm90
+@pytest.mark.parametrize("fmt", ["mxfp8", "mxfp4", "nvfp4"])
+@pytest.mark.parametrize("k", [96, 512])
+def test_every_scale_code_and_nan_padding_are_within_the_bound(fp4, ref, fmt, k):
+    # the decode's factors (NVFP4: s * 2^119 on E2M1 bit patterns) are exact for every scale code,
+    # and a K tail's padding scale bytes never reach the result
+    m, n = 200, 264
+    a, sfa, a_dq = adversarial_operand(fp4, ref, fmt, m, k, 1)
+    b, sfb, b_dq = adversarial_operand(fp4, ref, fmt, n, k, 2)
+    out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
+    engine_gemm(fp4, a, b, sfa, sfb, fmt, fmt, out)
+    assert bool(out.isfinite().all()), f"{fmt} k={k}: non-finite outputs"
+    assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"{fmt} k={k}")
+
+
 @requires_sm90
 def test_runs_are_bitwise_equal_and_replay_in_a_cuda_graph(fp4, ref):
     (a, b, sfa, sfb), _, _ = nvfp4_operands(fp4, ref, 500, 768, 1024)
@@ -212,6 +252,27 @@ def test_runs_are_bitwise_equal_and_replay_in_a_cuda_graph(fp4, ref):
     graph.replay()
     torch.cuda.synchronize()
     assert_bitwise_equal(out, first, "graph replay")
+
+
+@requires_sm90
+@pytest.mark.parametrize("a_format", ["nvfp4", "bf16"])
+@pytest.mark.parametrize("shape", [(64, 4352, 5120), (256, 17408, 1024)], ids=lambda s: "x".join(map(str, s)))
+def test_stream_k_runs_are_bitwise_equal(fp4, ref, a_format, shape):
+    # few tiles on all SMs: stream-K with one piece per CTA (64 rows), and with whole tiles between
+    # pieces (256 rows: more units per CTA than one tile's K tiles), whose epilogue staging the next
+    # piece's B decode reuses
+    m, n, k = shape
+    (a, b, sfa, sfb), a_dq, b_dq = nvfp4_operands(fp4, ref, m, n, k)
+    if a_format == "bf16":
+        a, sfa, a_dq = a_dq.to(torch.bfloat16), None, a_dq.to(torch.bfloat16).double()
+    runs = []
+    for _ in range(8):
+        out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
+        engine_gemm(fp4, a, b, sfa, sfb, a_format, "nvfp4", out)
+        runs.append(out)
+    assert_within_bound(runs[0], a_dq @ b_dq.T, a_dq, b_dq, f"{a_format} {shape}")
+    for i, out in enumerate(runs[1:], 1):
+        assert_bitwise_equal(out, runs[0], f"{a_format} {shape} run {i}")
 
 
 @requires_sm90

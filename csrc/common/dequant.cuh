@@ -124,22 +124,23 @@ __device__ __forceinline__ void dequant_e4m3x4(uint32_t bytes, typename Pair<T>:
   }
 }
 
-// Block scales as bf16 pairs, exactly and without branches (what the GEMM mainloops multiply by).
-// UE4M3 (read with its sign bit, as the reference does): the exponent and mantissa bits shifted
-// into bf16's fields are the value times 2^-120 (E4M3 subnormals land on bf16 subnormals), so one
-// multiply by 2^120 restores it; 0x7F is NaN.
-__device__ __forceinline__ __nv_bfloat162 scale_ue4m3_bf16x2(uint32_t code) {
-  const uint32_t bits = ((code & 0x80u) << 8) | ((code & 0x7Fu) << 4);
-  constexpr uint32_t kTwoTo120 = 0x7B807B80u;
-  const __nv_bfloat162 value = __hmul2(pair_from_bits<__nv_bfloat16>(bits | (bits << 16)),
-                                       pair_from_bits<__nv_bfloat16>(kTwoTo120));
-  return (code & 0x7Fu) == 0x7Fu ? pair_from_bits<__nv_bfloat16>(0x7FC07FC0u) : value;
+// Block factors as bf16 pairs, exactly and without branches (what the GEMM mainloops multiply by),
+// two blocks at a time: the codes in bits 0-7 and 8-15 give the low and the high half.
+// UE4M3 (read with its sign bit, as the reference does) times 2^kExponent: the hardware conversion
+// to fp16 is exact (subnormal codes included; 0x7F gives NaN), then one power-of-two multiply in
+// float32; kExponent <= 119 keeps 448 * 2^kExponent inside bf16's range, so the rounding is exact.
+template <int kExponent>
+__device__ __forceinline__ __nv_bfloat162 ue4m3x2_bf16x2(uint32_t codes) {
+  static_assert(kExponent >= 0 && kExponent <= 119, "448 * 2^kExponent must stay a finite bf16");
+  const float factor = exp2i(kExponent);
+  const float2 s = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(codes & 0xFFFFu), __NV_E4M3)));
+  return __floats2bfloat162_rn(s.x * factor, s.y * factor);
 }
 
 // UE8M0: the code is the bf16 exponent field of 2^(code - 127); 0 is the subnormal 2^-127, 0xFF NaN.
-__device__ __forceinline__ __nv_bfloat162 scale_ue8m0_bf16x2(uint32_t code) {
-  const uint32_t bits = code == 0 ? 0x0040u : code == 0xFFu ? 0x7FC0u : code << 7;
-  return pair_from_bits<__nv_bfloat16>(bits | (bits << 16));
+__device__ __forceinline__ __nv_bfloat162 ue8m0x2_bf16x2(uint32_t codes) {
+  const auto one = [](uint32_t code) { return code == 0 ? 0x0040u : code == 0xFFu ? 0x7FC0u : code << 7; };
+  return pair_from_bits<__nv_bfloat16>(one(codes & 0xFFu) | (one((codes >> 8) & 0xFFu) << 16));
 }
 
 // Values times a UE4M3 block scale: exact, so the 16-bit multiply is the contract's rounding.

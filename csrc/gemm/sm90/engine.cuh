@@ -22,8 +22,9 @@
 // The bf16 B tile holds, at slot 16s + 8h + 2q + b of each row, that same element 16q + ... of the
 // packed row, so a 16-byte swizzle chunk c (= P) of a row gathers one pair from each q.
 //
-// Exactness: every element times its block scale is exact in bf16 (docs/FORMATS.md), so the
-// result differs from the float64 reference only by float32 accumulation order.
+// Exactness: every element times its block scale (NVFP4: times 2^-7 as well, which the epilogue
+// multiplies back; see "operand decoding") is exact in bf16 (docs/FORMATS.md), so the result
+// differs from the float64 reference only by float32 accumulation order.
 #pragma once
 
 #include <cuda.h>
@@ -123,12 +124,15 @@ struct EngineConfig {
   static constexpr int kChunksPerThread = 8 / kThreadsPerRowB;
   static_assert(kBlockN == 128 || kBlockN == 256, "tile widths 128 and 256");
 
-  // NVFP4 x NVFP4 with packed B: B is decoded to its bit patterns only (value * 2^-126, no unbias
-  // multiply) with its block scale taken times 2^63, and A's block scale times 2^63 as well: the
-  // products are unchanged and every operand value stays a normal bf16 (|B| in 2^-73 .. 2^-51, |A|
-  // in 2^53 .. 2^75), so both stay exact, with one multiply per B pair fewer. UE8M0 scales span
-  // 2^-127 .. 2^127, which leaves no such headroom: MX operands keep both multiplies.
-  static constexpr bool kPrescaled = kPackedB && kA == OperandFormat::Nvfp4 && kB == OperandFormat::Nvfp4;
+  // A decoded operand value is its true value times 2^-kValueExponent (see "operand decoding"):
+  // NVFP4 decoded in the packed-B K order is 2^-7 of it, everything else is the value itself.
+  // The epilogue multiplies the accumulators by 2^(kValueExponentA + kValueExponentB), exactly.
+  static constexpr int kValueExponentA = kA == OperandFormat::Nvfp4 && kPackedB ? 7 : 0;
+  static constexpr int kValueExponentB = kB == OperandFormat::Nvfp4 && kPackedB ? 7 : 0;
+  // The register-fragment K loop unrolled twice (two fragment buffers alternating, no moves), where
+  // it measured faster (benchmarks/NOTES.md): not for MXFP8, whose larger loop body ran 1-3% slower
+  // unrolled, nor for E0M3 weights (not measured).
+  static constexpr bool kAlternatingFragments = kA != OperandFormat::Mxfp8 && kB != OperandFormat::E0m3;
   static_assert(!kBf16A || kB == OperandFormat::Bf16 || kB == OperandFormat::Nvfp4 || kB == OperandFormat::Mxfp4,
                 "bf16 activations pair with 4-bit weights (the fragment order of a packed B) or bf16 weights");
 
@@ -158,21 +162,55 @@ struct EngineParams {
 };
 
 // ---- operand decoding ---------------------------------------------------------------------------
+//
+// Per block, a factor is made once per K tile from its scale code (dequant.cuh: two blocks per
+// conversion); per pair of elements, the decode is the bit placement of the shared codec and one
+// packed multiply by the factor (MXFP4: two, see below). Exactness (docs/FORMATS.md):
+//   NVFP4   E2M1 bit pattern (value * 2^-126) times s * 2^119: value * s * 2^-7. A nonzero product
+//           is at least 0.5 * 2^-9 * 2^-7 (a normal bf16) and has at most 2 + 4 significant bits,
+//           so it is exact; 448 * 2^119 < 2^128, and the NaN code 0x7F gives a NaN factor. The
+//           float32 products of two such operands are the true ones times 2^-14: all multiples of
+//           2^-34, never subnormal, so the accumulation is the same as on the true values, and the
+//           epilogue multiplies 2^14 back.
+//   MXFP4   UE8M0 factors span 2^-127 .. 2^127, more than one bf16 factor can add to a pattern: the
+//           pattern times 2^126 is the true value, then times 2^k (as before the factors).
+//   MXFP8   E4M3 values by the hardware conversion (exact), times 2^k.
+//   E0M3    (128 + m) - 128 = m, then the sign, times s.
 
-// Byte `i` of a row's four scale bytes in a K column of SfAtom tiles (read as one word), as a bf16
-// pair; blocks past the end of K (padding, in_k false) read as 0, so whatever their bytes hold, the
-// zero elements there stay zero.
-template <OperandFormat kFormat, bool kPrescaled>
-__device__ __forceinline__ Bf16x2 scale_pair(uint32_t word, int i, bool in_k) {
-  const uint32_t code = (word >> (8 * i)) & 0xFFu;
-  Bf16x2 scale = kFormat == OperandFormat::Mxfp8 || kFormat == OperandFormat::Mxfp4 ? scale_ue8m0_bf16x2(code)
-                                                                                    : scale_ue4m3_bf16x2(code);
-  if constexpr (kPrescaled) {
-    constexpr uint32_t kTwoTo63 = 0x5F005F00u;
-    scale = __hmul2(scale, pair_from_bits<__nv_bfloat16>(kTwoTo63));
-  }
-  return in_k ? scale : __float2bfloat162_rn(0.0f);
+// A K tile's scale codes of one row: the row's four code bytes of the tile's SfAtom column, shifted
+// to the tile's first block (32-element blocks: columns 2 and 3 for odd tiles) and masked to the
+// blocks inside K. A code masked to 0 gives a finite factor (0, or 2^-127 for UE8M0), so the zero
+// elements TMA delivers past K stay zero whatever the padding bytes hold (a NaN code, say).
+struct TileCodes {
+  uint32_t shift;  // bits: 8 * the tile's first column
+  uint32_t mask;   // bytes of the blocks before the end of K
+  __device__ __forceinline__ uint32_t operator()(uint32_t word) const { return (word >> shift) & mask; }
+};
+
+template <class Config>
+__device__ __forceinline__ TileCodes tile_codes(int64_t kt, int64_t nkb) {
+  constexpr int kBlocks = Config::kBlockK / Config::kBlockSize;
+  const int64_t first = kt * kBlocks;
+  const int64_t in_k = nkb - first;  // >= 1
+  return {uint32_t(8 * (first % kSfTileCols)), in_k >= kBlocks ? ~0u : (1u << (8 * in_k)) - 1u};
 }
+
+// The factors of two blocks (codes in bits 0-7 and 8-15; block 0 in the low half).
+template <OperandFormat kFormat, int kValueExponent>
+__device__ __forceinline__ Bf16x2 block_factors(uint32_t codes) {
+  if constexpr (kFormat == OperandFormat::Mxfp8 || kFormat == OperandFormat::Mxfp4) {
+    return ue8m0x2_bf16x2(codes);
+  } else {
+    // NVFP4 bit patterns (kValueExponent 7) take s * 2^119; true values take s.
+    return ue4m3x2_bf16x2<(kValueExponent > 0 ? 126 - kValueExponent : 0)>(codes);
+  }
+}
+
+__device__ __forceinline__ uint32_t bf16x2_bits(Bf16x2 v) { return *reinterpret_cast<uint32_t*>(&v); }
+
+// One block's factor in both halves.
+__device__ __forceinline__ Bf16x2 low_factor(Bf16x2 f) { return __low2bfloat162(f); }
+__device__ __forceinline__ Bf16x2 high_factor(Bf16x2 f) { return __high2bfloat162(f); }
 
 // The four scale bytes of `row` (0..383) in one K column of consecutive 128-row SfAtom tiles.
 __device__ __forceinline__ uint32_t scale_word(const uint8_t* scales, int row) {
@@ -180,59 +218,58 @@ __device__ __forceinline__ uint32_t scale_word(const uint8_t* scales, int row) {
                                             sf_offset(row % kSfTileRows, 0, 1));
 }
 
-// Pair P % 4 of an 8-element word of a 4-bit operand: elements P % 4 and P % 4 + 4 (see above).
-template <OperandFormat kFormat>
-__device__ __forceinline__ Bf16x2 decode_nibble_pair(uint32_t word, int pair) {
+// Pair j (0..3) of an 8-element word of a 4-bit operand, elements j and j + 4 (see above), times
+// its block's factor (both halves).
+template <OperandFormat kFormat, int kValueExponent>
+__device__ __forceinline__ uint32_t decode_nibble_pair(uint32_t word, int j, Bf16x2 factor) {
+  Bf16x2 value;
   if constexpr (kFormat == OperandFormat::E0m3) {
-    return decode_e0m3_pair<__nv_bfloat16>(nibble_pair_stride4(word, pair % 4));
+    value = decode_e0m3_pair<__nv_bfloat16>(nibble_pair_stride4(word, j));
+  } else if constexpr (kFormat == OperandFormat::Nvfp4 && kValueExponent > 0) {
+    value = e2m1_stride4_patterns<__nv_bfloat16>(word, j);
   } else {
-    return decode_e2m1_stride4<__nv_bfloat16>(word, pair % 4);
+    value = decode_e2m1_stride4<__nv_bfloat16>(word, j);
   }
+  return bf16x2_bits(__hmul2(value, factor));
 }
 
-__device__ __forceinline__ uint32_t bf16x2_bits(Bf16x2 v) { return *reinterpret_cast<uint32_t*>(&v); }
-
-// Where a K tile's scale blocks sit in their SfAtom column, and how many lie inside K.
-struct TileBlocks {
-  int first_col;  // column (0..3) of the tile's first block: 0, or 2 for odd tiles of 32-element blocks
-  int in_k;       // blocks of the tile before the end of K
-};
-
+// This thread's 16 A elements of the K tile in rows `row` and `row` + 8 (elements 16q .. 16q + 15
+// of each: one 8- or 16-byte load and one block each), scaled, as the eight bf16 pairs of each
+// row's fragment, P = 0..7. The rows' scales are rows sf_row0 + row, + 8 of the stage's scale atoms
+// (sf_row0: where the tile's first row sits in its first atom).
 template <class Config>
-__device__ __forceinline__ TileBlocks tile_blocks(int64_t kt, int64_t nkb) {
-  constexpr int kBlocks = Config::kBlockK / Config::kBlockSize;
-  const int64_t first = kt * kBlocks;
-  return {int(first % kSfTileCols), int(nkb - first < kBlocks ? nkb - first : kBlocks)};
-}
-
-// This thread's 16 A elements of one row of the K tile (elements 16q .. 16q + 15), scaled, as the
-// eight bf16 pairs of its fragment, P = 0..7. The row's scales are row sf_row0 + row of the stage's
-// scale atoms (sf_row0: where the tile's first row sits in its first atom).
-template <class Config>
-__device__ __forceinline__ void load_a_row(const uint8_t* tile, const uint8_t* scales, int row, int sf_row0, int q,
-                                           const TileBlocks& blocks, uint32_t (&pairs)[8]) {
+__device__ __forceinline__ void load_a_rows(const uint8_t* tile, const uint8_t* scales, int row, int sf_row0, int q,
+                                            const TileCodes& codes, uint32_t (&top)[8], uint32_t (&bottom)[8]) {
   constexpr OperandFormat kFormat = Config::kFormatA;
-  const int block = (16 * q) / block_size(kFormat);
-  const Bf16x2 scale = scale_pair<kFormat, Config::kPrescaled>(scale_word(scales, sf_row0 + row),
-                                                               blocks.first_col + block, block < blocks.in_k);
-  Bf16x2 values[8];
-  if constexpr (kFormat == OperandFormat::Mxfp8) {
-    const uint4 bytes = *reinterpret_cast<const uint4*>(tile + row * Config::kRowBytesA + 16 * q);
-    const uint32_t words[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
+  constexpr int kExponent = Config::kValueExponentA;
+  // Byte `block` of each row's codes, top row's in bits 0-7 and the bottom row's in bits 8-15.
+  const uint32_t block = uint32_t((16 * q) / block_size(kFormat));
+  const uint32_t two = __byte_perm(codes(scale_word(scales, sf_row0 + row)),
+                                   codes(scale_word(scales, sf_row0 + row + 8)), block | ((block + 4) << 4));
+  const Bf16x2 factors = block_factors<kFormat, kExponent>(two);
+  const Bf16x2 factor[2] = {low_factor(factors), high_factor(factors)};
+  uint32_t* pairs[2] = {top, bottom};
 #pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      Bf16x2 two[2];
-      dequant_e4m3x4<__nv_bfloat16>(words[w], two);
-      values[2 * w] = two[0];
-      values[2 * w + 1] = two[1];
+  for (int r = 0; r < 2; ++r) {
+    const uint8_t* src = tile + (row + 8 * r) * Config::kRowBytesA;
+    if constexpr (kFormat == OperandFormat::Mxfp8) {
+      const uint4 bytes = *reinterpret_cast<const uint4*>(src + 16 * q);
+      const uint32_t words[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        Bf16x2 two_values[2];
+        dequant_e4m3x4<__nv_bfloat16>(words[w], two_values);
+        pairs[r][2 * w] = bf16x2_bits(__hmul2(two_values[0], factor[r]));
+        pairs[r][2 * w + 1] = bf16x2_bits(__hmul2(two_values[1], factor[r]));
+      }
+    } else {
+      const uint2 bytes = *reinterpret_cast<const uint2*>(src + 8 * q);
+#pragma unroll
+      for (int pair = 0; pair < 8; ++pair) {
+        pairs[r][pair] = decode_nibble_pair<kFormat, kExponent>(pair < 4 ? bytes.x : bytes.y, pair % 4, factor[r]);
+      }
     }
-  } else {
-    const uint2 bytes = *reinterpret_cast<const uint2*>(tile + row * Config::kRowBytesA + 8 * q);
-#pragma unroll
-    for (int pair = 0; pair < 8; ++pair) values[pair] = decode_nibble_pair<kFormat>(pair < 4 ? bytes.x : bytes.y, pair);
   }
-#pragma unroll
-  for (int pair = 0; pair < 8; ++pair) pairs[pair] = bf16x2_bits(__hmul2(values[pair], scale));
 }
 
 // This thread's 16 A elements of one row of the K tile in wgmma's own K order (bf16 B, which TMA
@@ -240,10 +277,12 @@ __device__ __forceinline__ void load_a_row(const uint8_t* tile, const uint8_t* s
 // whole (the four threads of a row read the same bytes: broadcasts).
 template <class Config>
 __device__ __forceinline__ void load_a_row_natural(const uint8_t* tile, const uint8_t* scales, int row, int sf_row0,
-                                                   int q, const TileBlocks& blocks, uint32_t (&pairs)[8]) {
+                                                   int q, const TileCodes& codes, uint32_t (&pairs)[8]) {
   constexpr OperandFormat kFormat = Config::kFormatA;
   constexpr int kGroup = block_size(kFormat);
-  const uint32_t codes = scale_word(scales, sf_row0 + row);
+  const uint32_t row_codes = codes(scale_word(scales, sf_row0 + row));
+  // Blocks 0, 1 and (16-element blocks) 2, 3 of the tile.
+  const Bf16x2 factors[2] = {block_factors<kFormat, 0>(row_codes), block_factors<kFormat, 0>(row_codes >> 16)};
   constexpr int kWords = Config::kRowBytesA / 4;
   uint32_t words[kWords];
 #pragma unroll
@@ -254,7 +293,7 @@ __device__ __forceinline__ void load_a_row_natural(const uint8_t* tile, const ui
 #pragma unroll
   for (int pair = 0; pair < 8; ++pair) {  // pair = 2s + h: elements 16s + 8h + 2q + {0, 1}
     const int block = (8 * pair) / kGroup;
-    const Bf16x2 scale = scale_pair<kFormat, false>(codes, blocks.first_col + block, block < blocks.in_k);
+    const Bf16x2 scale = block % 2 ? high_factor(factors[block / 2]) : low_factor(factors[block / 2]);
     Bf16x2 value;
     if constexpr (kFormat == OperandFormat::Mxfp8) {
       Bf16x2 two[2];  // bytes 8 * pair + 2q, + 1: half-word q % 2 of word 2 * pair + q / 2
@@ -290,10 +329,10 @@ __device__ __forceinline__ void load_a_row_bf16(const uint8_t* tile, int row, in
 
 // The A fragments of one K tile: k-step s takes pairs 2s (slots 2q, 2q + 1) and 2s + 1 (slots
 // 2q + 8, 2q + 9) of rows g and g + 8; the pairs come in the permuted K order of a packed B
-// (load_a_row) or in wgmma's own order for a bf16 B (load_a_row_natural).
+// (load_a_rows) or in wgmma's own order for a bf16 B (load_a_row_natural).
 template <class Config>
 __device__ __forceinline__ void load_a_fragments(const uint8_t* tile, const uint8_t* scales, int sf_row0,
-                                                 int warp_row, int lane, const TileBlocks& blocks,
+                                                 int warp_row, int lane, const TileCodes& codes,
                                                  uint32_t (&frag)[4][4]) {
   const int q = lane % 4;
   const int row0 = warp_row + lane / 4;
@@ -302,11 +341,10 @@ __device__ __forceinline__ void load_a_fragments(const uint8_t* tile, const uint
     load_a_row_bf16<Config>(tile, row0, q, top);
     load_a_row_bf16<Config>(tile, row0 + 8, q, bottom);
   } else if constexpr (Config::kPackedB) {
-    load_a_row<Config>(tile, scales, row0, sf_row0, q, blocks, top);
-    load_a_row<Config>(tile, scales, row0 + 8, sf_row0, q, blocks, bottom);
+    load_a_rows<Config>(tile, scales, row0, sf_row0, q, codes, top, bottom);
   } else {
-    load_a_row_natural<Config>(tile, scales, row0, sf_row0, q, blocks, top);
-    load_a_row_natural<Config>(tile, scales, row0 + 8, sf_row0, q, blocks, bottom);
+    load_a_row_natural<Config>(tile, scales, row0, sf_row0, q, codes, top);
+    load_a_row_natural<Config>(tile, scales, row0 + 8, sf_row0, q, codes, bottom);
   }
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
@@ -317,15 +355,27 @@ __device__ __forceinline__ void load_a_fragments(const uint8_t* tile, const uint
   }
 }
 
+// Where this thread's chunk i of a decoded B tile goes: row `row`, chunk c = i * kThreadsPerRowB +
+// sub of it in the 128-byte swizzle. The same for every K tile: the consumers keep them in registers.
+template <class Config>
+__device__ __forceinline__ void b_chunk_offsets(int row, int sub, int (&offsets)[Config::kChunksPerThread]) {
+#pragma unroll
+  for (int i = 0; i < Config::kChunksPerThread; ++i) {
+    offsets[i] = (row / 8) * 1024 + (row % 8) * 128 + (((i * Config::kThreadsPerRowB + sub) ^ (row % 8)) * 16);
+  }
+}
+
 // Converts this thread's share of the packed B tile into the swizzled bf16 tile: row `row`,
-// chunks c = i * kThreadsPerRowB + sub. Chunk c holds pair P = c of each q = 0..3 (see the file
+// chunks c = i * kThreadsPerRowB + sub (at `offsets`, b_chunk_offsets). Chunk c holds pair P = c of each q = 0..3 (see the file
 // comment). Word indices stay compile-time constants (sub < kThreadsPerRowB never changes them),
 // so the row's words live in registers.
 template <class Config>
 __device__ __forceinline__ void convert_b_row(const uint8_t* tile, const uint8_t* scales, int sf_row0,
-                                              uint8_t* bf16_tile, int row, int sub, const TileBlocks& blocks) {
+                                              uint8_t* bf16_tile, int row, int sub, const TileCodes& codes,
+                                              const int (&offsets)[Config::kChunksPerThread]) {
   constexpr OperandFormat kFormat = Config::kFormatB;
   constexpr int kGroup = block_size(kFormat);
+  constexpr int kExponent = Config::kValueExponentB;
   constexpr int kWords = Config::kRowBytesB / 4;
   uint32_t words[kWords];
   const uint8_t* src = tile + row * Config::kRowBytesB;
@@ -334,20 +384,24 @@ __device__ __forceinline__ void convert_b_row(const uint8_t* tile, const uint8_t
     const uint4 v = *reinterpret_cast<const uint4*>(src + 16 * i);
     words[4 * i] = v.x, words[4 * i + 1] = v.y, words[4 * i + 2] = v.z, words[4 * i + 3] = v.w;
   }
-  // Scales of the row's blocks in this tile: q for 16-element blocks, q / 2 for 32-element ones.
+  // Factors of the row's blocks in this tile, in pairs: q's block is q for 16-element blocks, q / 2
+  // for 32-element ones.
   constexpr int kBlocks = Config::kBlockK / kGroup;
-  const uint32_t codes = scale_word(scales, sf_row0 + row);
-  Bf16x2 scale[kBlocks];
+  const uint32_t row_codes = codes(scale_word(scales, sf_row0 + row));
+  Bf16x2 factors[kBlocks / 2];
 #pragma unroll
-  for (int i = 0; i < kBlocks; ++i) {
-    scale[i] = scale_pair<kFormat, Config::kPrescaled>(codes, blocks.first_col + i, i < blocks.in_k);
+  for (int i = 0; i < kBlocks / 2; ++i) factors[i] = block_factors<kFormat, kExponent>(row_codes >> (16 * i));
+  Bf16x2 scale[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int block = (16 * q) / kGroup;
+    scale[q] = block % 2 ? high_factor(factors[block / 2]) : low_factor(factors[block / 2]);
   }
-  uint8_t* dst_row = bf16_tile + (row / 8) * 1024 + (row % 8) * 128;
 #pragma unroll
   for (int i = 0; i < Config::kChunksPerThread; ++i) {
     constexpr int kStride = Config::kThreadsPerRowB;
     const int c = i * kStride + sub;
-    Bf16x2 v[4];
+    Bf16x2 v[4];  // MXFP8: the chunk's values before their factors
     if constexpr (kFormat == OperandFormat::Mxfp8) {
       // Elements 16q + 2c + {0, 1} are half-word c % 2 of word 4q + c / 2.
       const uint32_t select = c % 2 ? 0x7632 : 0x5410;
@@ -356,20 +410,20 @@ __device__ __forceinline__ void convert_b_row(const uint8_t* tile, const uint8_t
       dequant_e4m3x4<__nv_bfloat16>(__byte_perm(words[word], words[4 + word], select), lo);
       dequant_e4m3x4<__nv_bfloat16>(__byte_perm(words[8 + word], words[12 + word], select), hi);
       v[0] = lo[0], v[1] = lo[1], v[2] = hi[0], v[3] = hi[1];
-    } else {
-      // Pair c of q lives in word 2q + c / 4 (elements 16q + 8(c / 4) ..).
-      const int word = (i * kStride) / 4;  // = c / 4, constant once unrolled
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        v[q] = Config::kPrescaled ? e2m1_stride4_patterns<__nv_bfloat16>(words[2 * q + word], c % 4)
-                                  : decode_nibble_pair<kFormat>(words[2 * q + word], c);
-      }
     }
     uint4 out;
     uint32_t* o = reinterpret_cast<uint32_t*>(&out);
 #pragma unroll
-    for (int q = 0; q < 4; ++q) o[q] = bf16x2_bits(__hmul2(v[q], scale[(16 * q) / kGroup]));
-    *reinterpret_cast<uint4*>(dst_row + ((c ^ (row % 8)) * 16)) = out;
+    for (int q = 0; q < 4; ++q) {
+      if constexpr (kFormat == OperandFormat::Mxfp8) {
+        o[q] = bf16x2_bits(__hmul2(v[q], scale[q]));
+      } else {
+        // Pair c of q lives in word 2q + c / 4 (elements 16q + 8(c / 4) ..).
+        const int word = (i * kStride) / 4;  // = c / 4, constant once unrolled
+        o[q] = decode_nibble_pair<kFormat, kExponent>(words[2 * q + word], c % 4, scale[q]);
+      }
+    }
+    *reinterpret_cast<uint4*>(bf16_tile + offsets[i]) = out;
   }
 }
 
@@ -462,15 +516,30 @@ struct SharedStorage {
     return Config::kPackedB ? b(s) + Config::kTileBytesB : a(s) + Config::kTileBytesA;
   }
   __device__ uint8_t* sfb(int s) const { return sfa(s) + Config::kScaleBytesA; }
-  // The decoded bf16 B tile of ring position it (packed B).
-  __device__ uint8_t* bf16_tile(int64_t it) const {
-    constexpr int kTiles = Config::kBf16Tiles > 0 ? Config::kBf16Tiles : 1;
-    return region + (it % kTiles) * Config::kBf16TileBytes;
-  }
+  // The decoded bf16 B tile `i` (0 .. kBf16Tiles - 1, packed B).
+  __device__ uint8_t* bf16_tile(int i) const { return region + i * Config::kBf16TileBytes; }
   __device__ float* staging() const { return reinterpret_cast<float*>(region); }
 };
 
 // ---- the pipeline ----------------------------------------------------------------------------------
+
+// The K tiles streamed so far as a ring position: the stage, the parity of its barriers' current
+// phase, and (packed B) the rotating bf16 tile. Counters stepped once per K tile instead of
+// divisions of a 64-bit tile count in the K loop.
+template <class Config>
+struct RingPosition {
+  int stage = 0;
+  uint32_t phase = 0;
+  int bf16_tile = 0;
+
+  __device__ __forceinline__ RingPosition next() const {
+    RingPosition n = *this;
+    n.phase ^= stage == Config::kStages - 1 ? 1u : 0u;
+    n.stage = stage == Config::kStages - 1 ? 0 : stage + 1;
+    n.bf16_tile = Config::kBf16Tiles == 0 || bf16_tile == Config::kBf16Tiles - 1 ? 0 : bf16_tile + 1;
+    return n;
+  }
+};
 
 // Where a tile's rows sit in the scale buffers: the first 128-row SfAtom tile that holds them, how
 // many the stage holds, and the tile's first row inside the first one.
@@ -511,16 +580,16 @@ __device__ __forceinline__ void produce(const SharedStorage<Config>& smem, const
   // blocks one per two tiles.
   constexpr int kTilesPerAtom = kSfTileCols * Config::kBlockSize / Config::kBlockK;
   EngineScheduler<Config> scheduler(p.schedule);
-  int64_t it = 0;  // K tiles streamed so far: the ring position
+  RingPosition<Config> ring;
   for (WorkTile t; scheduler.next(t);) {
     const ScaleRows sa = a_scale_rows<Config>(t, p), sb = b_scale_rows<Config>(t, p);
     const int64_t b_row = t.group * p.n + t.n0;
     const int a_atoms = Config::kBf16A ? 0 : sa.tiles;
     const uint32_t bytes = Config::kPackedB ? Config::kTileBytesA + Config::kTileBytesB + (a_atoms + sb.tiles) * kSfTileBytes
                                             : Config::kBf16TileBytes + Config::kTileBytesA + a_atoms * kSfTileBytes;
-    for (int64_t kt = t.k_begin; kt < t.k_end; ++kt, ++it) {
-      const int s = int(it % Config::kStages);
-      mbar_wait(&smem.empty[s], uint32_t((it / Config::kStages) & 1) ^ 1);
+    for (int64_t kt = t.k_begin; kt < t.k_end; ++kt, ring = ring.next()) {
+      const int s = ring.stage;
+      mbar_wait(&smem.empty[s], ring.phase ^ 1);
       mbar_arrive_expect_tx(&smem.full[s], bytes);
       tma_load_2d(smem.a(s), map_a, &smem.full[s], int32_t(kt * Config::kRowBytesA), int32_t(t.m0));
       const int32_t b_column = int32_t(kt * (Config::kPackedB ? Config::kRowBytesB : Config::kBlockK * 2));
@@ -558,6 +627,7 @@ __device__ __forceinline__ void store_tile(const SharedStorage<Config>& smem, co
   // Plain scaling (the common case) skips the per-element bias, residual and activation tests.
   const bool plain = e.bias == nullptr && e.residual == nullptr && e.activation == Activation::None;
   constexpr int kPairsPerRow = Config::kBlockN / 2;
+  constexpr int kValueExponent = Config::kValueExponentA + Config::kValueExponentB;
   for (int half = 0; half < 2; ++half) {
     named_barrier_sync(1, Config::kConsumerThreads);
     if (warpgroup == half) {
@@ -577,7 +647,11 @@ __device__ __forceinline__ void store_tile(const SharedStorage<Config>& smem, co
       if constexpr (Config::kGrouping == Grouping::Contiguous) {
         if (!groups.owns(t.group, m)) continue;
       }
-      const float2 v = *reinterpret_cast<const float2*>(staging + row * Config::kStagingStride + col);
+      float2 v = *reinterpret_cast<const float2*>(staging + row * Config::kStagingStride + col);
+      if constexpr (kValueExponent > 0) {  // the decoded operands' power of two, back (exact)
+        v.x *= exp2i(kValueExponent);
+        v.y *= exp2i(kValueExponent);
+      }
       if (plain) {
         store_pair(e, m, n, p.n, v.x * alpha, v.y * alpha);
         continue;
@@ -587,6 +661,9 @@ __device__ __forceinline__ void store_tile(const SharedStorage<Config>& smem, co
       store_pair(e, m, n, p.n, y0, y1);
     }
   }
+  // The staging overlaps the bf16 B tiles, which a persistent CTA's next tile decodes into as soon
+  // as its first stage arrives: every consumer has read the staging before any of them goes on.
+  named_barrier_sync(1, Config::kConsumerThreads);
 }
 
 // Stream-K: this CTA's partial tile (its first piece of work) for the tile's owner, in its slot.
@@ -622,41 +699,44 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
   const int b_row = consumer / Config::kThreadsPerRowB;
   const int b_sub = consumer % Config::kThreadsPerRowB;
   const int64_t nkb = p.nkb;
+  int b_offsets[Config::kChunksPerThread];
+  b_chunk_offsets<Config>(b_row, b_sub, b_offsets);
   float acc[Config::kBlockN / 2];
   uint32_t frag[2][4][4];
 
-  // Waits for K tile kt (ring position it), decodes it (A into registers, B into its bf16 tile),
+  // Waits for K tile kt (ring position r), decodes it (A into registers, B into its bf16 tile),
   // frees its stage, and meets the other consumer warpgroup so the whole bf16 tile is written
   // before any wgmma. sf_a / sf_b: the tile's first row in the stage's scale atoms.
   //
   // With a bf16 B from TMA, only A is decoded; the stage is freed once the wgmma reading its B tile
   // retired, and the warpgroups need not meet.
-  const auto stage_in = [&](int64_t kt, int64_t it, int sf_a, int sf_b, uint32_t(&f)[4][4]) {
-    const int s = int(it % Config::kStages);
-    mbar_wait(&smem.full[s], uint32_t((it / Config::kStages) & 1));
-    const TileBlocks blocks = tile_blocks<Config>(kt, nkb);
+  const auto stage_in = [&](int64_t kt, const RingPosition<Config>& r, int sf_a, int sf_b, uint32_t(&f)[4][4]) {
+    const int s = r.stage;
+    mbar_wait(&smem.full[s], r.phase);
+    const TileCodes codes = tile_codes<Config>(kt, nkb);
     if constexpr (Config::kPackedB) {
-      convert_b_row<Config>(smem.b(s), smem.sfb(s), sf_b, smem.bf16_tile(it), b_row, b_sub, blocks);
-      load_a_fragments<Config>(smem.a(s), smem.sfa(s), sf_a, warp_row, lane, blocks, f);
+      pin_registers(b_offsets);  // kept, not recomputed per K tile
+      convert_b_row<Config>(smem.b(s), smem.sfb(s), sf_b, smem.bf16_tile(r.bf16_tile), b_row, b_sub, codes, b_offsets);
+      load_a_fragments<Config>(smem.a(s), smem.sfa(s), sf_a, warp_row, lane, codes, f);
       __syncwarp();
       if (lane == 0) mbar_arrive(&smem.empty[s]);
       fence_async_shared();
       named_barrier_sync(1, Config::kConsumerThreads);
     } else {
-      load_a_fragments<Config>(smem.a(s), smem.sfa(s), sf_a, warp_row, lane, blocks, f);
+      load_a_fragments<Config>(smem.a(s), smem.sfa(s), sf_a, warp_row, lane, codes, f);
     }
   };
-  const auto b_tile = [&](int64_t it) -> const uint8_t* {
-    return Config::kPackedB ? smem.bf16_tile(it) : smem.b(int(it % Config::kStages));
+  const auto b_tile = [&](const RingPosition<Config>& r) -> const uint8_t* {
+    return Config::kPackedB ? smem.bf16_tile(r.bf16_tile) : smem.b(r.stage);
   };
-  // Frees ring position it once this warp's wgmmas reading it retired (stages read by wgmma).
-  const auto release = [&](int64_t it) {
+  // Frees a stage once this warp's wgmmas reading it retired (stages read by wgmma).
+  const auto release = [&](int stage) {
     __syncwarp();
-    if (lane == 0) mbar_arrive(&smem.empty[it % Config::kStages]);
+    if (lane == 0) mbar_arrive(&smem.empty[stage]);
   };
 
   EngineScheduler<Config> scheduler(p.schedule);
-  int64_t it = 0;
+  RingPosition<Config> ring;  // of the next K tile to wait for
   for (WorkTile t; scheduler.next(t);) {
     // A dense tile starts on a scale tile (a compile-time 0 keeps the decode's addressing as it was).
     constexpr bool kDense = Config::kGrouping == Grouping::Dense;
@@ -669,33 +749,47 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
       // issued, and a stage is freed once the batch reading it retired.
       const int64_t a_rows = (consumer / 128) * 64 * Config::kRowBytesA;  // this warpgroup's 64 rows
       pin_registers(acc);
-      for (int64_t kt = t.k_begin; kt < t.k_end; ++kt, ++it) {
-        const int s = int(it % Config::kStages);
-        mbar_wait(&smem.full[s], uint32_t((it / Config::kStages) & 1));
+      int previous = 0;  // the stage the batch in flight reads
+      for (int64_t kt = t.k_begin; kt < t.k_end; ++kt, ring = ring.next()) {
+        const int s = ring.stage;
+        mbar_wait(&smem.full[s], ring.phase);
         issue_tile_shared<Config>(smem.a(s) + a_rows, smem.b(s), acc);
         wgmma_wait<1>();
-        if (kt > t.k_begin) release(it - 1);
+        if (kt > t.k_begin) release(previous);
+        previous = s;
       }
       wgmma_wait<0>();
-      release(it - 1);
+      release(previous);
     } else {
       // wgmma(kt) runs while tile kt + 1 is decoded. It is retired (wait 0) before wgmma(kt + 1) is
       // issued: a wgmma whose inputs are defined while an earlier one is in flight, in the same
       // pipeline stage, makes ptxas serialize them all. Tile kt + 1 overwrites the bf16 tile of
       // kt - 2: the other warpgroup retired wgmma(kt - 2) before it reached the barrier of tile kt,
       // which this thread has passed. (With two tiles, wgmma(kt - 1) of the other warpgroup may
-      // still be reading.)
-      stage_in(t.k_begin, it, sf_a, sf_b, frag[0]);
-      for (int64_t kt = t.k_begin; kt < t.k_end; ++kt, ++it) {
-        issue_tile<Config>(frag[0], b_tile(it), acc);
-        if (kt + 1 < t.k_end) stage_in(kt + 1, it + 1, sf_a, sf_b, frag[1]);
+      // still be reading.) The two fragment buffers alternate with the loop unrolled twice, or
+      // (kAlternatingFragments false) tile kt + 1's fragments are handed over with moves, keeping
+      // one copy of the loop body in the instruction cache.
+      const auto step = [&](int64_t kt, uint32_t(&f)[4][4], uint32_t(&next_f)[4][4]) {
+        const RingPosition<Config> next = ring.next();
+        issue_tile<Config>(f, b_tile(ring), acc);
+        if (kt + 1 < t.k_end) stage_in(kt + 1, next, sf_a, sf_b, next_f);
         wgmma_wait<0>();
-        for (auto& f : frag[0]) pin_registers(f);  // alive until retired: tile kt + 1 cannot reuse them
-        if constexpr (!Config::kPackedB) release(it);
-        // Hand tile kt + 1's fragments over with moves (no wgmma in flight now) rather than
-        // unrolling the loop twice: one copy of the loop body fits the instruction cache.
-        for (int s = 0; s < 4; ++s) {
-          for (int r = 0; r < 4; ++r) frag[0][s][r] = frag[1][s][r];
+        for (auto& r : f) pin_registers(r);  // alive until retired: tile kt + 1 cannot reuse them
+        if constexpr (!Config::kPackedB) release(ring.stage);
+        ring = next;
+      };
+      stage_in(t.k_begin, ring, sf_a, sf_b, frag[0]);
+      if constexpr (Config::kAlternatingFragments) {
+        for (int64_t kt = t.k_begin; kt < t.k_end; kt += 2) {
+          step(kt, frag[0], frag[1]);
+          if (kt + 1 < t.k_end) step(kt + 1, frag[1], frag[0]);
+        }
+      } else {
+        for (int64_t kt = t.k_begin; kt < t.k_end; ++kt) {
+          step(kt, frag[0], frag[1]);
+          for (int s = 0; s < 4; ++s) {
+            for (int r = 0; r < 4; ++r) frag[0][s][r] = frag[1][s][r];
+          }
         }
       }
     }

@@ -1,0 +1,137 @@
+"""The Hopper engine (sm90_engine, by name) of several builds of the package in one process: an A/B of
+kernel changes on the same operands, with the outputs compared bit for bit against the first build.
+
+Each build is a repository path whose build/ holds a variant (tools/build.py writes one); builds of
+different sources load side by side (their op namespaces are content hashes). Per row: cuBLAS bf16 on
+the exactly dequantized operands, then each build's engine; medians of triton.testing.do_bench (L2
+cleared before every run). Ratio = cuBLAS time / the build's time.
+
+    python benchmarks/bench_engine_builds.py base=/path/to/old/repo new=. --json /tmp/ab.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+from pathlib import Path
+
+import torch
+import triton.testing
+from kernels import get_local_kernel
+
+MODES = {"mxfp8": "w8a8-mxfp8", "mxfp4": "w4a4-mxfp4", "nvfp4": "w4a4-nvfp4"}
+FORMATS = ("nvfp4", "mxfp8", "mxfp4", "w4a16")  # w4a16: bf16 activations x NVFP4 weights
+SHAPES = (
+    (64, 4096, 7168),
+    (256, 4096, 7168),
+    (64, 17408, 5120),
+    (256, 17408, 5120),
+    (512, 17408, 5120),
+    (1024, 17408, 5120),
+    (2048, 17408, 5120),
+    (256, 7168, 2048),
+    (512, 7168, 2048),
+)
+MASKED = (8, 256, 4096, 7168)  # experts, rows per expert, N, K
+
+
+def median_us(fn) -> float:
+    return 1000.0 * triton.testing.do_bench(fn, warmup=10, rep=60, return_mode="median")
+
+
+def dense_operands(fp4, ref, fmt: str, xa: torch.Tensor, xb: torch.Tensor):
+    """(A, sfa, B, sfb, a_format, b_format, A bf16, B bf16) of one format."""
+    if fmt == "w4a16":
+        b, sfb = fp4.group_wise_quant(xb, MODES["nvfp4"])
+        return xa, None, b, sfb, "bf16", "nvfp4", xa, ref.dequantize(b, sfb, ref.FORMATS["nvfp4"]).to(torch.bfloat16)
+    a, sfa = fp4.group_wise_quant(xa, MODES[fmt])
+    b, sfb = fp4.group_wise_quant(xb, MODES[fmt])
+    dq = [ref.dequantize(v, s, ref.FORMATS[fmt]).to(torch.bfloat16) for v, s in ((a, sfa), (b, sfb))]
+    return a, sfa, b, sfb, fmt, fmt, *dq
+
+
+def timed(builds: dict, make_fn, shape) -> tuple[dict, bool]:
+    """Each build's median and whether every build's output equals the first one's bit for bit."""
+    times, outs = {}, []
+    for name, fp4 in builds.items():
+        out = torch.empty(shape, dtype=torch.bfloat16, device="cuda")
+        fn = make_fn(fp4, out)
+        fn()
+        outs.append(out.clone())
+        times[name] = median_us(fn)
+    return times, all(torch.equal(outs[0].view(torch.int16), o.view(torch.int16)) for o in outs)
+
+
+def report(tag: str, peer_us: float, times: dict, same: bool) -> str:
+    first = next(iter(times.values()))
+    cells = " ".join(f"{k} {v:7.1f} ({peer_us / v:.2f}, {first / v:.3f})" for k, v in times.items())
+    return f"{tag} cublas {peer_us:7.1f} | {cells} | bitwise equal {same}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("builds", nargs="+", help="name=repository path, the first is the reference")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    builds = {name: get_local_kernel(Path(path)) for name, path in (b.split("=", 1) for b in args.builds)}
+    fp4 = next(iter(builds.values()))
+    ref = importlib.import_module(fp4.__name__ + ".reference")
+    rows = []
+    for m, n, k in SHAPES:
+        g = torch.Generator(device="cuda").manual_seed(m + n + k)
+        xa = torch.randn(m, k, generator=g, device="cuda").to(torch.bfloat16)
+        xb = (torch.randn(n, k, generator=g, device="cuda") * 0.05).to(torch.bfloat16)
+        cublas = None
+        for fmt in FORMATS:
+            a, sfa, b, sfb, af, bf, a_bf, b_bf = dense_operands(fp4, ref, fmt, xa, xb)
+            cublas = cublas or median_us(lambda a_bf=a_bf, b_bf=b_bf: torch.mm(a_bf, b_bf.T))
+
+            def engine(mod, out, a=a, sfa=sfa, b=b, sfb=sfb, af=af, bf=bf):
+                call = mod._gemm.GemmCall(a, b, sfa, sfb, af, bf, out=out)
+                return lambda: call.run_on("sm90_engine")
+
+            times, same = timed(builds, engine, (m, n))
+            rows.append(dict(m=m, n=n, k=k, fmt=fmt, cublas_us=cublas, bitwise_equal=same, us=times))
+            print(report(f"{m:5d} {n:6d} {k:5d} {fmt:6s}", cublas, times, same), flush=True)
+    experts, per, n, k = MASKED
+    for fmt in ("nvfp4", "mxfp8"):
+        x = torch.randn(experts * per, k, device="cuda").to(torch.bfloat16)
+        a, sfa = fp4.group_wise_quant(x, MODES[fmt])
+        parts = [
+            fp4.group_wise_quant((torch.randn(n, k, device="cuda") * 0.05).to(torch.bfloat16), MODES[fmt])
+            for _ in range(experts)
+        ]
+        b, sfb = torch.stack([v for v, _ in parts]), torch.cat([s for _, s in parts])
+        counts = torch.full((experts,), per, dtype=torch.int32, device="cuda")
+        alpha = torch.ones(experts, device="cuda")
+        a_bf = ref.dequantize(a, sfa, ref.FORMATS[fmt]).to(torch.bfloat16).reshape(experts, per, k)
+        b_bf = torch.stack([ref.dequantize(v, s, ref.FORMATS[fmt]).to(torch.bfloat16) for v, s in parts])
+        bmm = median_us(lambda a_bf=a_bf, b_bf=b_bf: torch.bmm(a_bf, b_bf.transpose(1, 2)))
+
+        def masked(mod, out, a=a, sfa=sfa, b=b, sfb=sfb, fmt=fmt, counts=counts, alpha=alpha):
+            return lambda: mod.group_masked_gemm(
+                a, b, sfa, sfb, counts, out, alpha=alpha, max_m_per_expert=per, mode=MODES[fmt]
+            )
+
+        times, same = timed(builds, masked, (experts * per, n))
+        rows.append(
+            dict(
+                grouping="masked",
+                experts=experts,
+                m=per,
+                n=n,
+                k=k,
+                fmt=fmt,
+                cublas_us=bmm,
+                bitwise_equal=same,
+                us=times,
+            )
+        )
+        print(report(f"masked {experts}x{per} {n} {k} {fmt:6s}", bmm, times, same), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
