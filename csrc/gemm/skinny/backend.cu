@@ -26,6 +26,7 @@ using KernelFn = void (*)(SkinnyArgs);
 // fastest or within 1% of it at every shape and M of the sweep; 3 x 3 ran 1.3-1.5x slower.
 constexpr int kDefaultLanes = 2;
 constexpr int kDefaultStages = 2;
+constexpr int kWideLanes = 4;  // where the K split cannot grow (make_plan): 256-byte stage rows
 constexpr int kMaxSplits = 8;      // the portable cluster size
 constexpr int kMaxDevices = 64;
 constexpr int64_t kScratchAlignment = 256;
@@ -256,11 +257,11 @@ int64_t max_units(const GemmProblem& p, int64_t row_blocks) {
 
 // The K split: the largest split whose CTAs all fit on the device at once (one wave), each slice at
 // least one stage; when even one CTA per unit does not fit, the grid is persistent.
-Plan make_plan(const GemmProblem& p) {
+Plan make_plan(const GemmProblem& p, int lanes) {
   Plan plan{};
   plan.token_tiles = max_unit_rows(p) <= kTileTokens ? 1 : 2;
   plan.choice = select_kernel(p, plan.token_tiles == 2);
-  plan.lanes = p.warps > 0 ? std::min(p.warps, kMaxLanes) : kDefaultLanes;
+  plan.lanes = lanes;
   plan.stages = p.stages > 0 ? p.stages : kDefaultStages;
   plan.threads = (kRowGroups * plan.lanes + 1) * 32;
   const int device = current_device();
@@ -288,6 +289,22 @@ Plan make_plan(const GemmProblem& p) {
   const int64_t fits = std::max<int64_t>(1, capacity(plan.splits) / plan.splits);
   plan.clusters = std::min(units, fits);
   return plan;
+}
+
+// The stages one CTA streams back to back: its units times its slice of a row.
+int64_t serial_stages(const GemmProblem& p, const Plan& plan) {
+  return ceil_div(max_units(p, plan.row_blocks), plan.clusters) * ceil_div(plan.row_stages, plan.splits);
+}
+
+// The slab warps: the knob, else 2, or 4 where that shortens the chain of stages one CTA streams.
+// That happens only where the split, not the device, bounds the grid at 2 (the expert-sized weights:
+// one wave of clusters of kMaxSplits); 4 slab warps then take twice the K of a stage per CTA.
+Plan make_plan(const GemmProblem& p) {
+  if (p.warps > 0) return make_plan(p, std::min(p.warps, kMaxLanes));
+  const Plan narrow = make_plan(p, kDefaultLanes);
+  if (narrow.splits < kMaxSplits || narrow.clusters < max_units(p, narrow.row_blocks)) return narrow;
+  const Plan wide = make_plan(p, kWideLanes);
+  return serial_stages(p, wide) < serial_stages(p, narrow) ? wide : narrow;
 }
 
 int64_t span_bytes(const GemmProblem& p) { return ceil_div(2 * p.groups * 4, kScratchAlignment) * kScratchAlignment; }
