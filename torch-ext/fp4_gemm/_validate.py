@@ -56,28 +56,31 @@ def fail(rule: str) -> NoReturn:
 
 _VERDICTS: dict[tuple, object] = {}
 MAX_VERDICTS = 4096  # distinct call shapes remembered; then forgotten at once
-_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_PLAIN_TENSORS = frozenset((torch.Tensor, torch.nn.Parameter))
+_KEYED_AS_THEMSELVES = frozenset((type(None), str, torch.dtype))  # no two of these compare equal
 _UNKNOWN = object()
+_is_compiling = torch.compiler.is_compiling
 
 
 def verdict_key(*parts: object) -> tuple | None:
     """What a rule set's verdict depends on: each tensor's dtype, shape, device and contiguity, each
     other value (with its type where values of two types compare equal: True == 1 == 1.0). None, so
     that the rules run, while torch.compile traces and for tensor subclasses (a FakeTensor's metadata
-    is not a real tensor's)."""
-    if torch.compiler.is_compiling():
+    is not a real tensor's). Runs on every call: set lookups, no chains of type tests."""
+    if _is_compiling():
         return None
     key = []
+    append = key.append
     for part in parts:
         kind = type(part)
-        if kind is torch.Tensor or kind is torch.nn.Parameter:
-            key.append((part.dtype, part.shape, part.device, part.is_contiguous()))
-        elif part is None or kind is str or kind is torch.dtype:
-            key.append(part)
+        if kind in _PLAIN_TENSORS:
+            append((part.dtype, part.shape, part.device, part.is_contiguous()))
+        elif kind in _KEYED_AS_THEMSELVES:
+            append(part)
         elif isinstance(part, torch.Tensor):
             return None
         else:
-            key.append((kind, part))
+            append((kind, part))
     return tuple(key)
 
 
@@ -217,14 +220,14 @@ def disjoint(
     thread reading what another writes. `in_place` names the one (output, input) pair that may be the
     very same buffer (each element read, then written, by one thread). Contiguous tensors on one
     device: byte ranges decide (a fake tensor has none: nothing to check)."""
-    if torch.compiler.is_compiling():
+    if _is_compiling():
         return
     for i, (name, out) in enumerate(outputs):
         if out is None or type(out) not in _PLAIN_TENSORS:
             continue
         start = out.data_ptr()
         end = start + out.nbytes
-        for other, t in outputs[i + 1 :] + inputs:
+        for other, t in outputs[i + 1 :] + inputs if i + 1 < len(outputs) else inputs:
             if t is not None:
                 other_start = t.data_ptr()
                 if other_start < end and start < other_start + t.nbytes and out.numel() and t.numel():
