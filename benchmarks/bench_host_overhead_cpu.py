@@ -1,7 +1,7 @@
 """Host cost per call of the Python layer and the op dispatch, on a machine without a GPU.
 
-bench_host_overhead.py's calls on CPU tensors, with every registered op of the package that returns
-nothing given a native (C++) CPU kernel that does nothing: what remains is the public function's
+bench_host_overhead.py's calls on CPU tensors, with every registered op of the package given a
+native (C++) CPU kernel that does nothing: what remains is the public function's
 validation, output allocation, building the op call and the dispatcher's parse of its arguments,
 as on the GPU, without the kernels' CUDA host code (backend choice, launch). torch.mm on the same
 CPU is printed beside it (it computes, so it is a rough yardstick only). A tool for cutting host
@@ -9,8 +9,7 @@ cost, not the measurement the package reports (bench_host_overhead.py on a GPU).
 
     python benchmarks/bench_host_overhead_cpu.py [--only nvfp4_gemm_bf16,dense_gemm] [--calls 20000]
 
-The no-op kernels come from a small C++ extension built on first use (torch.utils.cpp_extension,
-about 30 s; cached in torch's extension directory).
+The no-op kernels: bench_host_overhead.stub_ops.
 """
 
 from __future__ import annotations
@@ -21,33 +20,9 @@ from collections.abc import Callable
 
 import torch
 from bench_common import load
-from bench_host_overhead import M, N, gemm_calls, quantizer_calls
-from torch.utils.cpp_extension import load_inline
+from bench_host_overhead import M, N, gemm_calls, quantizer_calls, stub_ops
 
 K = 128
-
-STUBS = """
-#include <torch/library.h>
-#include <memory>
-void no_op(const c10::OperatorHandle&, torch::jit::Stack* stack) { stack->clear(); }
-// CPU kernels that do nothing for the named ops of namespace ns (kept registered for the process).
-void install(const std::string& ns, const std::vector<std::string>& names) {
-  static std::vector<std::unique_ptr<torch::Library>> libraries;
-  auto library = std::make_unique<torch::Library>(torch::Library::IMPL, ns, c10::DispatchKey::CPU, __FILE__, __LINE__);
-  for (const auto& name : names) library->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&no_op>());
-  libraries.push_back(std::move(library));
-}
-TORCH_LIBRARY(fp4_gemm_host_cost_stubs, m) { m.def("install(str ns, str[] names) -> ()", &install); }
-"""
-
-
-def stub_ops(fp4) -> list[str]:
-    """Native no-op CPU kernels for the package's ops that return nothing; returns their names."""
-    load_inline("fp4_gemm_host_cost_stubs", STUBS, is_python_module=False)
-    names = [op for op in fp4._registry.REFERENCE_IMPLS if not getattr(fp4.ops, op).default._schema.returns]
-    torch.ops.fp4_gemm_host_cost_stubs.install(fp4.ops.name, names)
-    return names
-
 
 def per_call_us(fn: Callable[[], object], calls: int, repeats: int = 7) -> float:
     """Fastest of `repeats` timings of `calls` back-to-back calls, per call (a loaded machine adds time,
@@ -71,8 +46,7 @@ def main() -> None:
     fp4 = load()
     torch.manual_seed(0)
     calls = {**gemm_calls(fp4, "cpu"), **quantizer_calls(fp4, "cpu")}  # operands made by the real ops
-    stubbed = stub_ops(fp4)
-    print(f"no-op kernels: {', '.join(stubbed)}")
+    stub_ops(fp4, "CPU")
     x = torch.randn(M, K, dtype=torch.bfloat16)
     wt = torch.randn(K, N, dtype=torch.bfloat16)
     print(f"{'torch.mm (CPU, computes)':44s} {per_call_us(lambda: torch.mm(x, wt), args.calls):7.2f} us")
