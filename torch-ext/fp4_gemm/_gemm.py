@@ -92,13 +92,11 @@ class GemmCall(NamedTuple):
         (a, b, sfa, sfb, a_format, b_format, b_interleaved, grouping, group_index, group_rows, alpha, alpha_scale,
          bias, residual, activation, out, out_scales, out_format, schedule, variant, sm_count, warps, stages,
          pdl) = self  # fmt: skip
-        kind_fields = (a_format, b_format, b_interleaved, grouping, activation, out_format)
+        kind_fields = (a_format, b_format, b_interleaved, grouping, group_rows, activation, out_format)
         kind = _KIND_CODES.get(kind_fields)
         if kind is None:
             kind = _pack("kind", dict(zip(_KIND_NAMES, kind_fields, strict=True)))
             _remember(_KIND_CODES, kind_fields, kind)
-        if group_rows:
-            kind |= _pack("kind", {"group_rows": group_rows})
         knob_fields = (schedule, variant, sm_count, warps, stages, pdl)
         knobs = _KNOB_CODES.get(knob_fields)
         if knobs is None:
@@ -134,12 +132,12 @@ class GemmCall(NamedTuple):
 # The binding's packing table: "kind.<field>" / "knobs.<field>" -> (shift, bits, offset), and each
 # named field's names by code.
 _PACKING = {name: field for name, *field in zip(*ops.gemm_packing(), strict=True)}
-_KIND_NAMES = ("a_format", "b_format", "b_interleaved", "grouping", "activation", "out_format")
+_KIND_NAMES = ("a_format", "b_format", "b_interleaved", "grouping", "group_rows", "activation", "out_format")
 _KNOB_NAMES = GemmCall._fields[GemmCall._fields.index("schedule") :]
 _NAMED = ("a_format", "b_format", "grouping", "activation", "out_format", "schedule")
 _CODES = {field: {name: code for code, name in enumerate(ops.gemm_names(field))} for field in _NAMED}
 _NAMES = {field: {code: name for name, code in codes.items()} for field, codes in _CODES.items()}
-# Packed codes of the kinds and knobs seen (few: each public function makes one or two), bounded.
+# Packed codes of the kinds (with their group_rows) and knobs seen: few, but bounded.
 _KIND_CODES: dict[tuple, int] = {}
 _KNOB_CODES: dict[tuple, int] = {}
 _MAX_CODES = 4096

@@ -149,17 +149,35 @@ def _nvfp4_gemm(
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Every flashrt-style GEMM: validated, its output allocated unless given, one GemmCall run.
     `fields`: the call's other GemmCall fields (formats, layout, schedule knobs)."""
-    m, n_out, _ = _validate.nvfp4_gemm(
-        a, b, sfa, sfb, alpha=alpha, bias=bias, residual=residual, activation=activation,
-        out_format=out_format, out=out, out_scales=out_scales,
-    )  # fmt: skip
+    epilogue = (bias, residual, activation, out_format, out, out_scales)
+    m, n_out, alpha = _validate.nvfp4_gemm(a, b, sfa, sfb, alpha, *epilogue)
+    return _run_nvfp4_gemm(a, b, sfa, sfb, m, n_out, alpha, *epilogue, fields)
+
+
+def _run_nvfp4_gemm(
+    a: Tensor,
+    b: Tensor,
+    sfa: Tensor,
+    sfb: Tensor,
+    m: int,
+    n_out: int,
+    alpha: float,
+    bias: OptTensor,
+    residual: OptTensor,
+    activation: str,
+    out_format: str,
+    out: OptTensor,
+    out_scales: OptTensor,
+    fields: dict[str, object],
+) -> Tensor | tuple[Tensor, Tensor]:
+    """_nvfp4_gemm after its validation: [m, n_out] allocated unless given, one GemmCall run."""
     if out is None:
         out, out_scales = gemm_outputs(m, n_out, out_format, a.device)
     GemmCall(
-        a, b, sfa, sfb, alpha_scale=float(alpha), bias=bias, residual=residual, activation=activation, out=out,
+        a, b, sfa, sfb, alpha_scale=alpha, bias=bias, residual=residual, activation=activation, out=out,
         out_scales=out_scales, out_format=out_format, **fields,
     ).run()  # fmt: skip
-    return (out, out_scales) if out_format.startswith("nvfp4") else out
+    return out if out_scales is None else (out, out_scales)
 
 
 def nvfp4_gemm_bf16(
@@ -509,11 +527,12 @@ def fp4_w4a4_gemm_warpsplit_mrows_bf16(
 
 def nvfp4_gemm_m256_workspace_size(a_packed: Tensor, b_packed: Tensor, sfa: Tensor, sfb: Tensor) -> int:
     """Workspace bytes of nvfp4_gemm_m256_bf16 for these shapes. Allocate it once, before graph capture."""
-    _validate.nvfp4_gemm(
-        a_packed, b_packed, sfa, sfb, alpha=1.0, bias=None, residual=None, activation="none",
-        out_format="bf16", out=None, out_scales=None,
-    )  # fmt: skip
-    tiles = -(-a_packed.shape[0] // 128) * -(-b_packed.shape[0] // 128)  # one int32 counter per 128 x 128 tile
+    m, n, _ = _validate.nvfp4_gemm(a_packed, b_packed, sfa, sfb, 1.0, None, None, "none", "bf16", None, None)
+    return _m256_workspace_bytes(m, n)
+
+
+def _m256_workspace_bytes(m: int, n: int) -> int:
+    tiles = -(-m // 128) * -(-n // 128)  # one int32 counter per 128 x 128 tile
     return -(-4 * tiles // 256) * 256
 
 
@@ -529,9 +548,10 @@ def nvfp4_gemm_m256_bf16(
 ) -> Tensor:
     """Large-M tier (M >= 512) of nvfp4_gemm_bf16 with a caller-owned workspace of at least
     nvfp4_gemm_m256_workspace_size(...) bytes; pass the same workspace on every graph replay."""
-    required = nvfp4_gemm_m256_workspace_size(a_packed, b_packed, sfa, sfb)
-    _validate.m256(a_packed, workspace, required, (a_packed, b_packed, sfa, sfb, out))
-    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, schedule="m256")
+    operands = (a_packed, b_packed, sfa, sfb)
+    m, n, alpha = _validate.nvfp4_gemm(*operands, alpha, None, None, "none", "bf16", out, None)
+    _validate.m256(a_packed, workspace, _m256_workspace_bytes(m, n), (*operands, out))
+    return _run_nvfp4_gemm(*operands, m, n, alpha, None, None, "none", "bf16", out, None, {"schedule": "m256"})
 
 
 # ---- PDL twins and the standard-layout GEMV (flashrt HEAD) -------------------------------------

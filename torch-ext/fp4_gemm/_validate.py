@@ -406,7 +406,6 @@ def nvfp4_gemm(
     b: object,
     sfa: object,
     sfb: object,
-    *,
     alpha: object,
     bias: object,
     residual: object,
@@ -414,18 +413,17 @@ def nvfp4_gemm(
     out_format: str,
     out: object,
     out_scales: object,
-) -> tuple[int, int, int]:
-    """Operands, epilogue tensors and caller outputs of every flashrt-style GEMM; returns (M, N_out, K)."""
+) -> tuple[int, int, float]:
+    """Operands, epilogue tensors and caller outputs of every flashrt-style GEMM; returns (M, N_out)
+    and alpha as the float the kernels take."""
     parts = (a, b, sfa, sfb, bias, residual, activation, out_format, out, out_scales)
-    shapes = checked(verdict_key("nvfp4_gemm", *parts), _nvfp4_gemm, parts)
-    number("alpha", alpha)
-    if out_format.startswith("nvfp4"):
-        outputs = (("out_packed", out), ("out_sfa", out_scales))
-    else:
-        outputs = (("out", out),)
-    inputs = (("a_packed", a), ("b_packed", b), ("sfa", sfa), ("sfb", sfb), ("bias", bias), ("residual", residual))
-    disjoint(outputs, inputs, in_place=("out", "residual"))
-    return shapes
+    m, n_out, _ = checked(verdict_key("nvfp4_gemm", *parts), _nvfp4_gemm, parts)
+    alpha = number("alpha", alpha)
+    if out is not None:
+        outputs = (("out_packed", out), ("out_sfa", out_scales)) if out_scales is not None else (("out", out),)
+        inputs = (("a_packed", a), ("b_packed", b), ("sfa", sfa), ("sfb", sfb), ("bias", bias), ("residual", residual))
+        disjoint(outputs, inputs, in_place=("out", "residual"))
+    return m, n_out, alpha
 
 
 def _nvfp4_gemm(parts: tuple) -> tuple[int, int, int]:
@@ -661,9 +659,10 @@ def halops_gemm(
     max_m: object = 0,
     use_pdl: object = True,
 ) -> None:
-    """dense_gemm, batch_gemm, group_contiguous_gemm and group_masked_gemm."""
+    """dense_gemm, batch_gemm, group_contiguous_gemm and group_masked_gemm; returns the rows of A per
+    group (batched: each item's, masked: max_m; 0 otherwise)."""
     parts = (grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm, group_index, max_m, use_pdl)
-    groups = checked(verdict_key("halops_gemm", *parts), _halops_gemm, parts)
+    groups, group_rows = checked(verdict_key("halops_gemm", *parts), _halops_gemm, parts)
     if grouping == "contiguous":
         expert_ids(group_index, groups)
     if grouping == "masked":
@@ -671,11 +670,12 @@ def halops_gemm(
     inputs = (("input", input), ("weight", weight), ("sfa", sfa), ("sfb", sfb), ("bias", bias), ("alpha", alpha))
     index = (("expert_ids" if grouping == "contiguous" else "masked_m", group_index),)
     disjoint((("output", output),), inputs + index)
+    return group_rows
 
 
-def _halops_gemm(parts: tuple) -> int:
+def _halops_gemm(parts: tuple) -> tuple[int, int]:
     """The metadata rules of the halops GEMMs (halops_gemm's arguments); returns the number of weight
-    matrices."""
+    matrices and the rows of A per group."""
     grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm, group_index, max_m, use_pdl = parts
     sm_count(sm)
     boolean("use_pdl", use_pdl)
@@ -709,7 +709,8 @@ def _halops_gemm(parts: tuple) -> int:
             fail(f"input must have num_experts * max_m_per_expert = {groups} * {max_m} rows, got {rows}")
         tensor("masked_m", group_index, dtypes=(torch.int32,), shape=(groups,))
     same_device(input=input, weight=weight, sfa=sfa, sfb=sfb, output=output, bias=bias, alpha=alpha, index=group_index)
-    return groups
+    group_rows = input.shape[1] if grouping == "batched" else max_m if grouping == "masked" else 0
+    return groups, group_rows
 
 
 def expert_ids(ids: torch.Tensor, experts: int) -> None:
