@@ -418,10 +418,15 @@ def nvfp4_gemm(
     out_format: str,
     out: object,
     out_scales: object,
+    tier: Callable[[object, object, object, object], None] | None = None,
+    warps: object = 0,
+    stages: object = 0,
 ) -> tuple[int, int, float]:
-    """Operands, epilogue tensors and caller outputs of every flashrt-style GEMM; returns (M, N_out)
-    and alpha as the float the kernels take."""
-    m, n_out, _ = checked(_nvfp4_gemm, a, b, sfa, sfb, bias, residual, activation, out_format, out, out_scales)
+    """Operands, epilogue tensors and caller outputs of every flashrt-style GEMM, and a decode tier's
+    own rules (`tier`: mrows, gemv or gemv_standard, on a, b, warps and stages) checked first; returns
+    (M, N_out) and alpha as the float the kernels take."""
+    parts = (a, b, sfa, sfb, bias, residual, activation, out_format, out, out_scales, tier, warps, stages)
+    m, n_out, _ = checked(_nvfp4_gemm, *parts)
     alpha = number("alpha", alpha)
     if out_scales is not None:
         disjoint((out, out_scales), (a, b, sfa, sfb, bias, residual), _NVFP4_OUT_NAMES)
@@ -441,8 +446,13 @@ def _nvfp4_gemm(
     out_format: str,
     out: object,
     out_scales: object,
+    tier: Callable[[object, object, object, object], None] | None,
+    warps: object,
+    stages: object,
 ) -> tuple[int, int, int]:
     """The metadata rules of the flashrt-style GEMMs (nvfp4_gemm's arguments but alpha)."""
+    if tier is not None:
+        tier(a, b, warps, stages)
     m, n, k = packed_shape(a, b)
     if b.shape[1] * 2 != k:
         fail(f"a_packed and b_packed must have the same K: a gives {k}, b gives {b.shape[1] * 2}")
@@ -489,20 +499,12 @@ def packed_shape(a: object, b: object) -> tuple[int, int, int]:
 
 
 def mrows(a: object, b: object, warps: object, stages: object) -> None:
-    checked(_mrows, a, b, warps, stages)
-
-
-def _mrows(a: object, b: object, warps: object, stages: object) -> None:
     m, n, k = packed_shape(a, b)
     skinny_knobs(warps, stages)
     if not 1 <= m <= MROWS_MAX_M:
         fail(f"fp4_w4a4_gemm_warpsplit_mrows_bf16 needs 1 <= M <= {MROWS_MAX_M}, got M={m}")
     multiple("N", n, 8, "the multi-row tier reads 8 weight rows at a time")
     multiple("K", k, 64 * warps, "64 * warps: each warp takes whole 64-element slices")
-
-
-def gemv(a: object, b: object, warps: object, stages: object) -> None:
-    checked(_gemv, a, b, warps, stages)
 
 
 def _one_row(function: str, a: object, b: object, warps: object, stages: object) -> tuple[int, int]:
@@ -514,7 +516,7 @@ def _one_row(function: str, a: object, b: object, warps: object, stages: object)
     return n, k
 
 
-def _gemv(a: object, b: object, warps: object, stages: object) -> None:
+def gemv(a: object, b: object, warps: object, stages: object) -> None:
     n, k = _one_row("fp4_w4a4_gemv_warpsplit_interleaved_bf16", a, b, warps, stages)
     multiple("N", n, reference.STREAM_TILE_ROWS, "the streaming layout tiles 8 rows")
     multiple("K", k, reference.STREAM_TILE_K, "the streaming layout tiles 64 elements")
@@ -563,10 +565,6 @@ def e0m3_a_format(value: object) -> str:
 
 
 def gemv_standard(a: object, b: object, warps: object, stages: object) -> None:
-    checked(_gemv_standard, a, b, warps, stages)
-
-
-def _gemv_standard(a: object, b: object, warps: object, stages: object) -> None:
     _one_row("fp4_w4a4_gemv_warpsplit_bf16", a, b, warps, stages)
 
 
