@@ -1359,6 +1359,14 @@ def test_a_verdict_is_keyed_on_contiguity_and_value_types(fp4):
         fp4.dense_gemm(*broken, **kwargs)
 
 
+def test_a_decode_tier_verdict_is_keyed_on_its_knobs_types(fp4):
+    """The tiers' warps and stages share the GEMM's verdict: stages=True (== 1) is still no integer."""
+    args, kwargs = make_call("fp4_w4a4_gemm_warpsplit_mrows_bf16", "cpu")
+    fp4.fp4_w4a4_gemm_warpsplit_mrows_bf16(*args, **kwargs | {"stages": 1})
+    with pytest.raises(ValueError, match="stages must be an integer"):
+        fp4.fp4_w4a4_gemm_warpsplit_mrows_bf16(*args, **kwargs | {"stages": True})
+
+
 def test_verdicts_are_forgotten_beyond_their_bound(fp4):
     validate = fp4._validate
     for k in range(validate.MAX_VERDICTS + 10):

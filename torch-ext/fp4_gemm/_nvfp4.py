@@ -145,18 +145,16 @@ def _nvfp4_gemm(
     out_format: str = "bf16",
     out: OptTensor = None,
     out_scales: OptTensor = None,
-    tier: object = None,
-    warps: int = 0,
-    stages: int = 0,
+    tier: tuple | None = None,
     **fields: object,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """Every flashrt-style GEMM: validated (with a decode tier's own rules, `tier`: _validate.mrows,
-    gemv or gemv_standard), its output allocated unless given, one GemmCall run. `fields`: the call's
-    other GemmCall fields (formats, layout, schedule knobs)."""
+    """Every flashrt-style GEMM: validated, its output allocated unless given, one GemmCall run.
+    `tier`: a decode tier's rules and knobs, (_validate.mrows, gemv or gemv_standard, warps, stages);
+    `fields`: the call's other GemmCall fields (formats, layout, schedule)."""
     epilogue = (bias, residual, activation, out_format, out, out_scales)
-    m, n_out, alpha = _validate.nvfp4_gemm(a, b, sfa, sfb, alpha, *epilogue, tier, warps, stages)
-    if warps or stages:
-        fields |= {"warps": warps, "stages": stages}
+    m, n_out, alpha = _validate.nvfp4_gemm(a, b, sfa, sfb, alpha, *epilogue, tier)
+    if tier is not None:
+        fields |= {"warps": tier[1], "stages": tier[2]}
     return _run_nvfp4_gemm(a, b, sfa, sfb, m, n_out, alpha, *epilogue, fields)
 
 
@@ -509,7 +507,7 @@ def fp4_w4a4_gemv_warpsplit_interleaved_bf16(
     """M = 1 decode GEMV over a repacked weight: out = alpha * a @ B^T, bfloat16 [1, N]; sfb is the
     original weight's scales. warps in {2, 4, 8}, stages in [1, 8]."""
     return _nvfp4_gemm(
-        a_packed, b_interleaved, sfa, sfb, alpha=alpha, out=out, tier=_validate.gemv, warps=warps, stages=stages,
+        a_packed, b_interleaved, sfa, sfb, alpha=alpha, out=out, tier=(_validate.gemv, warps, stages),
         b_interleaved=True,
     )  # fmt: skip
 
@@ -527,9 +525,7 @@ def fp4_w4a4_gemm_warpsplit_mrows_bf16(
 ) -> Tensor:
     """Speculative-verify tier on the standard layout: 1 <= M <= 16, N % 8 == 0, K % (64 * warps) == 0,
     warps in {2, 4, 8}. out = alpha * A @ B^T, bfloat16 [M, N]."""
-    return _nvfp4_gemm(
-        a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, tier=_validate.mrows, warps=warps, stages=stages
-    )
+    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, tier=(_validate.mrows, warps, stages))
 
 
 def nvfp4_gemm_m256_workspace_size(a_packed: Tensor, b_packed: Tensor, sfa: Tensor, sfb: Tensor) -> int:
@@ -604,7 +600,7 @@ def fp4_w4a4_gemv_warpsplit_bf16(
     bfloat16 [1, N]. warps in {2, 4, 8}, stages in [1, 8]. The K split is reduced inside a cluster of
     CTAs (no cross-call scratch): graph-replay safe."""
     return _nvfp4_gemm(
-        a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, tier=_validate.gemv_standard, warps=warps, stages=stages
+        a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, tier=(_validate.gemv_standard, warps, stages)
     )
 
 

@@ -418,15 +418,13 @@ def nvfp4_gemm(
     out_format: str,
     out: object,
     out_scales: object,
-    tier: Callable[[object, object, object, object], None] | None = None,
-    warps: object = 0,
-    stages: object = 0,
+    tier: tuple | None = None,
 ) -> tuple[int, int, float]:
     """Operands, epilogue tensors and caller outputs of every flashrt-style GEMM, and a decode tier's
-    own rules (`tier`: mrows, gemv or gemv_standard, on a, b, warps and stages) checked first; returns
-    (M, N_out) and alpha as the float the kernels take."""
-    parts = (a, b, sfa, sfb, bias, residual, activation, out_format, out, out_scales, tier, warps, stages)
-    m, n_out, _ = checked(_nvfp4_gemm, *parts)
+    own rules first (`tier`: (mrows, gemv or gemv_standard, warps, stages)); returns (M, N_out) and
+    alpha as the float the kernels take."""
+    operands = (a, b, sfa, sfb, bias, residual, activation, out_format, out, out_scales)
+    m, n_out, _ = checked(_nvfp4_gemm, *operands, *(tier or (None,)))  # warps, stages keyed with their types
     alpha = number("alpha", alpha)
     if out_scales is not None:
         disjoint((out, out_scales), (a, b, sfa, sfb, bias, residual), _NVFP4_OUT_NAMES)
@@ -446,13 +444,14 @@ def _nvfp4_gemm(
     out_format: str,
     out: object,
     out_scales: object,
-    tier: Callable[[object, object, object, object], None] | None,
-    warps: object,
-    stages: object,
+    tier_rules: Callable[[object, object, object, object], None] | None,
+    warps: object = 0,
+    stages: object = 0,
 ) -> tuple[int, int, int]:
-    """The metadata rules of the flashrt-style GEMMs (nvfp4_gemm's arguments but alpha)."""
-    if tier is not None:
-        tier(a, b, warps, stages)
+    """The metadata rules of the flashrt-style GEMMs (nvfp4_gemm's arguments but alpha, its tier
+    unpacked)."""
+    if tier_rules is not None:
+        tier_rules(a, b, warps, stages)
     m, n, k = packed_shape(a, b)
     if b.shape[1] * 2 != k:
         fail(f"a_packed and b_packed must have the same K: a gives {k}, b gives {b.shape[1] * 2}")
