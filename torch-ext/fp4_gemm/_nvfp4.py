@@ -17,6 +17,8 @@ Conventions shared by every function here (docs/API.md has the full table):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from . import _validate, reference
@@ -146,35 +148,20 @@ def _nvfp4_gemm(
     out: OptTensor = None,
     out_scales: OptTensor = None,
     tier: tuple | None = None,
+    then: Callable[[int, int], None] | None = None,
     **fields: object,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Every flashrt-style GEMM: validated, its output allocated unless given, one GemmCall run.
     `tier`: a decode tier's rules and knobs, (_validate.mrows, gemv or gemv_standard, warps, stages);
-    `fields`: the call's other GemmCall fields (formats, layout, schedule)."""
-    epilogue = (bias, residual, activation, out_format, out, out_scales)
-    m, n_out, alpha = _validate.nvfp4_gemm(a, b, sfa, sfb, alpha, *epilogue, tier)
+    `then`: rules on (M, N_out) checked after the GEMM's; `fields`: the call's other GemmCall fields
+    (formats, layout, schedule)."""
+    m, n_out, alpha = _validate.nvfp4_gemm(
+        a, b, sfa, sfb, alpha, bias, residual, activation, out_format, out, out_scales, tier
+    )  # fmt: skip
+    if then is not None:
+        then(m, n_out)
     if tier is not None:
         fields |= {"warps": tier[1], "stages": tier[2]}
-    return _run_nvfp4_gemm(a, b, sfa, sfb, m, n_out, alpha, *epilogue, fields)
-
-
-def _run_nvfp4_gemm(
-    a: Tensor,
-    b: Tensor,
-    sfa: Tensor,
-    sfb: Tensor,
-    m: int,
-    n_out: int,
-    alpha: float,
-    bias: OptTensor,
-    residual: OptTensor,
-    activation: str,
-    out_format: str,
-    out: OptTensor,
-    out_scales: OptTensor,
-    fields: dict[str, object],
-) -> Tensor | tuple[Tensor, Tensor]:
-    """_nvfp4_gemm after its validation: [m, n_out] allocated unless given, one GemmCall run."""
     if out is None:
         out, out_scales = gemm_outputs(m, n_out, out_format, a.device)
     GemmCall(
@@ -551,10 +538,11 @@ def nvfp4_gemm_m256_bf16(
 ) -> Tensor:
     """Large-M tier (M >= 512) of nvfp4_gemm_bf16 with a caller-owned workspace of at least
     nvfp4_gemm_m256_workspace_size(...) bytes; pass the same workspace on every graph replay."""
-    operands = (a_packed, b_packed, sfa, sfb)
-    m, n, alpha = _validate.nvfp4_gemm(*operands, alpha, None, None, "none", "bf16", out, None)
-    _validate.m256(a_packed, workspace, _m256_workspace_bytes(m, n), (*operands, out))
-    return _run_nvfp4_gemm(*operands, m, n, alpha, None, None, "none", "bf16", out, None, {"schedule": "m256"})
+
+    def workspace_rules(m: int, n: int) -> None:
+        _validate.m256(a_packed, workspace, _m256_workspace_bytes(m, n), (a_packed, b_packed, sfa, sfb, out))
+
+    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, then=workspace_rules, schedule="m256")
 
 
 # ---- PDL twins and the standard-layout GEMV (flashrt HEAD) -------------------------------------

@@ -423,8 +423,11 @@ def nvfp4_gemm(
     """Operands, epilogue tensors and caller outputs of every flashrt-style GEMM, and a decode tier's
     own rules first (`tier`: (mrows, gemv or gemv_standard, warps, stages)); returns (M, N_out) and
     alpha as the float the kernels take."""
-    operands = (a, b, sfa, sfb, bias, residual, activation, out_format, out, out_scales)
-    m, n_out, _ = checked(_nvfp4_gemm, *operands, *(tier or (None,)))  # warps, stages keyed with their types
+    rules = _nvfp4_gemm
+    if tier is None:
+        m, n_out, _ = checked(rules, a, b, sfa, sfb, bias, residual, activation, out_format, out, out_scales, None)
+    else:  # warps and stages keyed as arguments of their own, with their types
+        m, n_out, _ = checked(rules, a, b, sfa, sfb, bias, residual, activation, out_format, out, out_scales, *tier)
     alpha = number("alpha", alpha)
     if out_scales is not None:
         disjoint((out, out_scales), (a, b, sfa, sfb, bias, residual), _NVFP4_OUT_NAMES)
