@@ -66,13 +66,11 @@ def _halops_gemm(
     group_rows: int = 0,
     use_pdl: bool = True,
 ) -> None:
-    group_rows = _validate.halops_gemm(
+    a_format, b_format, group_rows = _validate.halops_gemm(
         grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, group_index, group_rows, use_pdl
-    )
-    weight_only = mode in reference.W4A16_MODES  # bf16 activations as they are
-    fmt = (reference.W4A16_MODES if weight_only else reference.MODES)[mode].name
+    )  # a_format: "bf16" in the w4a16 modes, whose activations are used as they are
     GemmCall(
-        input, weight, sfa, sfb, "bf16" if weight_only else fmt, fmt, grouping=grouping, group_index=group_index,
+        input, weight, sfa, sfb, a_format, b_format, grouping=grouping, group_index=group_index,
         group_rows=group_rows, alpha=alpha, bias=bias, out=output, sm_count=sm_count, pdl=use_pdl,
     ).run()  # fmt: skip
 

@@ -667,23 +667,25 @@ def halops_gemm(
     group_index: object = None,
     max_m: object = 0,
     use_pdl: object = True,
-) -> None:
-    """dense_gemm, batch_gemm, group_contiguous_gemm and group_masked_gemm; returns the rows of A per
-    group (batched: each item's, masked: max_m; 0 otherwise)."""
-    parts = (grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm, group_index, max_m, use_pdl)
-    groups, group_rows = checked(_halops_gemm, *parts)
+) -> tuple[str, str, int]:
+    """dense_gemm, batch_gemm, group_contiguous_gemm and group_masked_gemm; returns the formats of A
+    and B (GemmCall's names) and the rows of A per group (batched: each item's, masked: max_m; 0
+    otherwise)."""
+    a_format, b_format, groups, group_rows = checked(
+        _halops_gemm, grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm, group_index, max_m, use_pdl
+    )
     if grouping == "contiguous":
         expert_ids(group_index, groups)
     if grouping == "masked":
         valid_counts("masked_m", group_index, max_m)
     inputs = (input, weight, sfa, sfb, bias, alpha, group_index)
     disjoint((output,), inputs, _MASKED_NAMES if grouping == "masked" else _HALOPS_NAMES)
-    return group_rows
+    return a_format, b_format, group_rows
 
 
-def _halops_gemm(*parts: object) -> tuple[int, int]:
-    """The metadata rules of the halops GEMMs (halops_gemm's arguments); returns the number of weight
-    matrices and the rows of A per group."""
+def _halops_gemm(*parts: object) -> tuple[str, str, int, int]:
+    """The metadata rules of the halops GEMMs (halops_gemm's arguments); returns the formats of A and
+    B, the number of weight matrices and the rows of A per group."""
     grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm, group_index, max_m, use_pdl = parts
     sm_count(sm)
     boolean("use_pdl", use_pdl)
@@ -718,7 +720,7 @@ def _halops_gemm(*parts: object) -> tuple[int, int]:
         tensor("masked_m", group_index, dtypes=(torch.int32,), shape=(groups,))
     same_device(input=input, weight=weight, sfa=sfa, sfb=sfb, output=output, bias=bias, alpha=alpha, index=group_index)
     group_rows = input.shape[1] if grouping == "batched" else max_m if grouping == "masked" else 0
-    return groups, group_rows
+    return "bf16" if mode in reference.W4A16_MODES else fmt.name, fmt.name, groups, group_rows
 
 
 def expert_ids(ids: torch.Tensor, experts: int) -> None:
