@@ -1,12 +1,18 @@
 """Host cost per call of every public GEMM and quantizer against torch.mm, on tiny shapes.
 
-At M = 16, N = 64, K = 128 every kernel finishes long before the host has issued the next call, so
-back-to-back calls measure the host's time per call: the Python layer (validation, output
-allocation, building the op call), the op's dispatch and the launch. Each row: median over REPEATS
-of (2000 calls, then one synchronize) / 2000, in microseconds; `vs_torch_mm` divides by the same
-measurement of torch.mm on bf16 operands of the same shape, in the same process. Caller output
-buffers are passed where a function takes them (as the hot path should); `torch_mm_out` is
-torch.mm with `out=`.
+At M = 16, N = 64, K = 128 the kernels are tiny, so back-to-back calls measure the host's time per
+call: the Python layer (validation, output allocation, building the op call), the op's dispatch and
+the launch. Each row: median over REPEATS of (2000 calls, then one synchronize) / 2000, in
+microseconds; `vs_torch_mm` divides by the same measurement of torch.mm on bf16 operands of the
+same shape, in the same process. Caller output buffers are passed where a function takes them (as
+the hot path should); `torch_mm_out` is torch.mm with `out=`.
+
+Two more columns say where the time goes. `gpu_us_per_call`: the device's time per call, from
+GRAPH_CALLS calls captured in one CUDA graph and replayed (no host work): a row whose host time is
+not far above it is bound by the GPU, not the host. `python_us_per_call`: the same back-to-back
+timing after every op of the package got a CUDA kernel that does nothing (stub_ops): the Python
+layer and the dispatcher's parse of the op's arguments, without the C++ host code behind the op
+(backend choice, launch planning, the launch). The difference is that C++ host code.
 
     python benchmarks/bench_host_overhead.py --out benchmarks/results/h200-host-overhead.json
 """
@@ -21,9 +27,42 @@ from pathlib import Path
 
 import torch
 from bench_common import RESULTS, load, write_results
+from torch.utils.cpp_extension import load_inline
 
 M, N, K = 16, 64, 128
 CALLS, REPEATS = 2000, 7
+GRAPH_CALLS, GRAPH_REPLAYS = 20, 10
+
+STUBS = """
+#include <torch/library.h>
+#include <memory>
+void no_op(const c10::OperatorHandle&, torch::jit::Stack* stack) { stack->clear(); }
+// No-op kernels for the named ops of namespace ns under a dispatch key (CPU, CUDA),
+// registered for the rest of the process.
+void install(const std::string& ns, const std::vector<std::string>& names, const std::string& key) {
+  static std::vector<std::unique_ptr<torch::Library>> libraries;
+  auto library = std::make_unique<torch::Library>(torch::Library::IMPL, ns, c10::parseDispatchKey(key), __FILE__,
+                                                  __LINE__);
+  for (const auto& name : names) {
+    library->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&no_op>());
+  }
+  libraries.push_back(std::move(library));
+}
+TORCH_LIBRARY(fp4_gemm_host_cost_stubs, m) { m.def("install(str ns, str[] names, str key) -> ()", &install); }
+"""
+
+
+def stub_ops(fp4, key: str, library: Path | None = None) -> None:
+    """No-op kernels for every op of the package (they all write their arguments) under the dispatch
+    key `key`, for the rest of the process. `library`: STUBS built beforehand (the .so that
+    torch.utils.cpp_extension.load_inline writes); else it is built now (a C++ compiler, ~30 s)."""
+    if library is not None:
+        torch.ops.load_library(str(library))
+    else:
+        load_inline("fp4_gemm_host_cost_stubs", STUBS, is_python_module=False)
+    torch.ops.fp4_gemm_host_cost_stubs.install(fp4.ops.name, list(fp4._registry.REFERENCE_IMPLS), key)
+
+
 
 
 def per_call_us(fn: Callable[[], object], device: str) -> float:
@@ -39,6 +78,37 @@ def per_call_us(fn: Callable[[], object], device: str) -> float:
             fn()
         sync()
         times.append((time.perf_counter() - start) / CALLS * 1e6)
+    return statistics.median(times)
+
+
+def gpu_us_per_call(fn: Callable[[], object]) -> float | None:
+    """The device's time per call: median over REPEATS of GRAPH_REPLAYS replays of a CUDA graph of
+    GRAPH_CALLS calls (None, with the reason printed, where the call cannot be captured)."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the capture stream, as torch.cuda.graph asks
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(GRAPH_CALLS):
+                fn()
+    except RuntimeError as error:
+        print(f"    not captured: {error}")
+        torch.cuda.synchronize()
+        return None
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(REPEATS):
+        start.record()
+        for _ in range(GRAPH_REPLAYS):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / (GRAPH_REPLAYS * GRAPH_CALLS))
     return statistics.median(times)
 
 
@@ -156,6 +226,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=RESULTS / "h200-host-overhead.json")
     parser.add_argument("--device", default="cuda", help="cuda (the measurement); cpu only checks the script")
+    parser.add_argument("--stubs", type=Path, help="STUBS built beforehand (else built for python_us_per_call)")
     args = parser.parse_args()
     fp4 = load()
     torch.manual_seed(0)
@@ -165,11 +236,14 @@ def main() -> None:
     mm_out = torch.empty(M, N, device=device, dtype=torch.bfloat16)
     mm_us = per_call_us(lambda: torch.mm(x, wt), device)
     mm_out_us = per_call_us(lambda: torch.mm(x, wt, out=mm_out), device)
-    print(f"{'torch.mm':44s} {mm_us:7.2f} us   out=: {mm_out_us:7.2f} us")
+    mm_gpu_us = gpu_us_per_call(lambda: torch.mm(x, wt, out=mm_out)) if device == "cuda" else None
+    print(f"{'torch.mm':44s} {mm_us:7.2f} us   out=: {mm_out_us:7.2f} us   gpu: {mm_gpu_us}")
     rows = []
-    for kind, calls in (("gemm", gemm_calls(fp4, device)), ("quantizer", quantizer_calls(fp4, device))):
-        for name, fn in calls.items():
+    calls = {"gemm": gemm_calls(fp4, device), "quantizer": quantizer_calls(fp4, device)}
+    for kind, functions in calls.items():
+        for name, fn in functions.items():
             us = per_call_us(fn, device)
+            gpu_us = gpu_us_per_call(fn) if device == "cuda" else None
             rows.append(
                 {
                     "function": name,
@@ -179,11 +253,26 @@ def main() -> None:
                     "torch_mm_us": round(mm_us, 2),
                     "torch_mm_out_us": round(mm_out_us, 2),
                     "vs_torch_mm": round(us / mm_us, 2),
+                    "gpu_us_per_call": None if gpu_us is None else round(gpu_us, 2),
                 }
             )
-            print(f"{name:44s} {us:7.2f} us   x{us / mm_us:5.2f} torch.mm")
+            shown = "-" if gpu_us is None else f"{gpu_us:6.2f}"
+            print(f"{name:44s} {us:7.2f} us   x{us / mm_us:5.2f} torch.mm   gpu {shown} us")
+    try:
+        stub_ops(fp4, "CUDA" if device == "cuda" else "CPU", args.stubs)  # from here on no op does its work
+    except (OSError, RuntimeError) as error:  # no prebuilt stubs and no compiler: the column stays out
+        print(f"no python_us_per_call: the no-op kernels did not load ({error})")
+    else:
+        by_name = {row["function"]: row for row in rows}
+        for functions in calls.values():
+            for name, fn in functions.items():
+                by_name[name]["python_us_per_call"] = round(per_call_us(fn, device), 2)
+                print(f"{name:44s} python layer and dispatch {by_name[name]['python_us_per_call']:7.2f} us")
     if device == "cuda":
-        write_results(args.out, rows, calls_per_timing=CALLS, repeats=REPEATS)
+        write_results(
+            args.out, rows, calls_per_timing=CALLS, repeats=REPEATS, graph_calls=GRAPH_CALLS,
+            torch_mm_gpu_us=None if mm_gpu_us is None else round(mm_gpu_us, 2),
+        )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -518,7 +518,8 @@ def test_flashrt_schedule_ids_are_hints_that_run_the_automatic_choice(fp4, name,
     args, _ = make_call(name, "cpu")
     with OpRecorder(fp4.ops.name) as recorder:
         got = getattr(fp4, name)(*args, variant=variant)
-    (call,) = [fp4._gemm.GemmCall(*a) for n, a in zip(recorder.called, recorder.arguments, strict=True) if n == "gemm"]
+    recorded = zip(recorder.called, recorder.arguments, strict=True)
+    (call,) = [fp4._gemm.GemmCall.from_op_arguments(*a) for n, a in recorded if n == "gemm"]
     assert call.variant == fp4.capabilities()["variant_hints"][variant] == -1
     auto = fp4.nvfp4_gemm_fp16 if name == "nvfp4_gemm_fp16" else fp4.nvfp4_gemm_bf16
     assert torch.equal(got, auto(*args, variant=-1)), f"{name} variant={variant}"

@@ -17,15 +17,78 @@ def gemm_calls(fp4, name: str):
     return fp4._capabilities.gemm_calls(name)
 
 
-def test_gemm_call_fields_are_the_gemm_op_arguments_in_schema_order(fp4):
-    schema = fp4.ops.gemm.default._schema
-    assert list(fp4._gemm.GemmCall._fields) == [argument.name for argument in schema.arguments]
+GEMM_OP_ARGUMENTS = [
+    "a", "b", "sfa", "sfb", "group_index", "alpha", "bias", "residual", "out", "out_scales", "kind", "alpha_scale",
+    "knobs",
+]  # fmt: skip
+
+
+def test_gemm_op_takes_the_call_tensors_then_its_packed_fields(fp4):
+    names = [argument.name for argument in fp4.ops.gemm.default._schema.arguments]
+    assert names == GEMM_OP_ARGUMENTS
+    tensors = [name for name in names if name not in ("kind", "alpha_scale", "knobs")]
+    assert set(tensors) <= set(fp4._gemm.GemmCall._fields)
 
 
 @pytest.mark.parametrize("op", ["gemm_reference", "gemm_on", "gemm_backends"])
 def test_every_gemm_op_takes_the_gemm_arguments(fp4, op):
     names = [argument.name for argument in getattr(fp4.ops, op).default._schema.arguments]
-    assert names[-len(fp4._gemm.GemmCall._fields) :] == list(fp4._gemm.GemmCall._fields), op
+    assert names[-len(GEMM_OP_ARGUMENTS) :] == GEMM_OP_ARGUMENTS, op
+
+
+def test_packed_fields_are_every_other_gemm_call_field_and_do_not_overlap(fp4):
+    fields, shifts, bits, offsets = fp4.ops.gemm_packing()
+    packed = {name.split(".", 1)[1] for name in fields}
+    assert packed == set(fp4._gemm.GemmCall._fields) - set(GEMM_OP_ARGUMENTS)
+    for prefix in ("kind.", "knobs."):
+        spans = sorted((s, s + w) for f, s, w in zip(fields, shifts, bits, strict=True) if f.startswith(prefix))
+        assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:], strict=False)), prefix
+        assert spans[-1][1] <= 63, f"{prefix} fits a non-negative int64"
+    for field, width in zip(fields, bits, strict=True):
+        name = field.split(".", 1)[1]
+        if name in fp4._gemm._CODES:
+            assert len(fp4.ops.gemm_names(name)) <= 1 << width, field
+
+
+def packing_cases(fp4, a, b, sfa, sfb, out):
+    """GemmCalls that give every named field each of its names and every integer field its extremes."""
+    call = fp4._gemm.GemmCall(a, b, sfa, sfb, out=out)
+    fields, shifts, bits, offsets = fp4.ops.gemm_packing()
+    for field, width, offset in zip(fields, bits, offsets, strict=True):
+        name = field.split(".", 1)[1]
+        if name in fp4._gemm._CODES:
+            values = fp4.ops.gemm_names(name)
+        elif isinstance(call._field_defaults[name], bool):
+            values = [False, True]
+        else:
+            values = [-offset, 1 - offset, (1 << width) - 1 - offset]
+        for value in values:
+            yield name, value, call._replace(**{name: value})
+
+
+def test_op_arguments_unpack_to_the_same_call(fp4):
+    a, sfa = nvfp4_operand(4, 64, seed=1)
+    b, sfb = nvfp4_operand(16, 64, seed=2)
+    out = torch.empty(4, 16, dtype=torch.bfloat16)
+    for name, value, call in packing_cases(fp4, a, b, sfa, sfb, out):
+        arguments = call.op_arguments()
+        assert len(arguments) == len(GEMM_OP_ARGUMENTS)
+        back = fp4._gemm.GemmCall.from_op_arguments(*arguments)
+        assert all(x is y if isinstance(x, torch.Tensor) else x == y for x, y in zip(back, call, strict=True)), name
+        assert type(getattr(back, name)) is type(value), name
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("a_format", "fp8"), ("activation", "silu"), ("out_format", "fp32"), ("schedule", 1), ("warps", -1),
+     ("stages", 256), ("variant", -2), ("sm_count", 2**32), ("group_rows", -3), ("b_interleaved", "yes")],
+)  # fmt: skip
+def test_op_arguments_refuse_what_the_op_cannot_take(fp4, field, value):
+    a, sfa = nvfp4_operand(4, 64, seed=1)
+    b, sfb = nvfp4_operand(16, 64, seed=2)
+    call = fp4._gemm.GemmCall(a, b, sfa, sfb, out=torch.empty(4, 16, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match=f"GemmCall.{field}"):
+        call._replace(**{field: value}).op_arguments()
 
 
 def test_capability_calls_cover_every_bias_dtype_the_function_accepts(fp4):

@@ -191,7 +191,8 @@ def test_schedule_arguments_reach_the_gemm_call(fp4, name, knobs, issued):
     args, kwargs = make_call(name, "cpu")
     with OpRecorder(fp4.ops.name) as recorder:
         getattr(fp4, name)(*args, **kwargs | knobs)
-    (call,) = [fp4._gemm.GemmCall(*a) for n, a in zip(recorder.called, recorder.arguments, strict=True) if n == "gemm"]
+    recorded = zip(recorder.called, recorder.arguments, strict=True)
+    (call,) = [fp4._gemm.GemmCall.from_op_arguments(*a) for n, a in recorded if n == "gemm"]
     assert (call.schedule, call.variant, call.warps, call.stages) == issued, name
 
 

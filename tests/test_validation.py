@@ -983,6 +983,18 @@ RELIABILITY = [
         "out " + SHARED + " residual (outputs overlap no input and no other output; out may be residual itself)",
     ),
     case(
+        "nvfp4_gemm_bias_gelu_nvfp4",
+        "out-sfa-over-bias",
+        both(
+            given("out_packed", lambda: torch.zeros(40, 32, dtype=U8)),
+            given("out_sfa", lambda: torch.zeros(512, dtype=U8)),
+            sharing("out_sfa", 4, 0),
+        ),
+        "out_sfa " + SHARED + " bias",
+    ),
+    case("group_masked_gemm", "output-over-masked-m", sharing(5, 4, 0), "output " + SHARED + " masked_m"),
+    case("group_contiguous_gemm", "output-over-expert-ids", sharing(5, 4, 0), "output " + SHARED + " expert_ids"),
+    case(
         "quantize_fp4_sfa_bf16",
         "packed-over-sfa",
         both(buffers(PACKED, SFA), sharing("packed", "sfa", 2048)),
@@ -1347,8 +1359,16 @@ def test_a_verdict_is_keyed_on_contiguity_and_value_types(fp4):
         fp4.dense_gemm(*broken, **kwargs)
 
 
+def test_a_decode_tier_verdict_is_keyed_on_its_knobs_types(fp4):
+    """The tiers' warps and stages share the GEMM's verdict: stages=True (== 1) is still no integer."""
+    args, kwargs = make_call("fp4_w4a4_gemm_warpsplit_mrows_bf16", "cpu")
+    fp4.fp4_w4a4_gemm_warpsplit_mrows_bf16(*args, **kwargs | {"stages": 1})
+    with pytest.raises(ValueError, match="stages must be an integer"):
+        fp4.fp4_w4a4_gemm_warpsplit_mrows_bf16(*args, **kwargs | {"stages": True})
+
+
 def test_verdicts_are_forgotten_beyond_their_bound(fp4):
     validate = fp4._validate
     for k in range(validate.MAX_VERDICTS + 10):
-        validate.checked(("bound test", k), lambda: None)
+        validate.checked(lambda k: None, k)
     assert len(validate._VERDICTS) <= validate.MAX_VERDICTS

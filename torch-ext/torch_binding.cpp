@@ -12,7 +12,9 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <iterator>
 #include <string>
+#include <tuple>
 #include <vector>
 
 // The op namespace as a string (registration.h's own macros differ between build tools).
@@ -53,15 +55,6 @@ fp4_gemm::FloatType float_type(const at::Tensor& t) {
       TORCH_CHECK(false, "fp4_gemm: expected a bfloat16, float16 or float32 tensor, got ", t.scalar_type());
   }
 }
-
-template <class Enum, size_t N>
-Enum parse_name(std::string_view name, const std::string_view (&names)[N], const char* what) {
-  for (size_t i = 0; i < N; ++i) {
-    if (names[i] == name) return static_cast<Enum>(i);
-  }
-  TORCH_CHECK(false, "fp4_gemm.gemm: unknown ", what, " '", name, "'");
-}
-
 
 // Compute capability of a device, read once per device.
 int device_cc(c10::DeviceIndex index) {
@@ -277,20 +270,73 @@ void tile_group_scales_cuda(const std::optional<at::Tensor>& group_index, int64_
 
 namespace {
 
-// Host-visible parts of a GEMM, from the op's string arguments.
-fp4_gemm::GemmProblem gemm_kind(std::string_view a_format, std::string_view b_format, bool b_interleaved,
-                                std::string_view grouping, std::string_view activation, std::string_view out_format,
-                                std::string_view schedule) {
+// The `gemm` op's two packed integers: `kind` says what is computed, `knobs` how it runs (never
+// what). Each field sits at `shift`, `bits` wide: a named field holds its name's index in
+// problem.h's names (gemm_names), an integer its value plus `offset` (so that -1, "automatic", is 0).
+// Packed, because the dispatcher's parse of each Python argument is a large part of a call's host
+// cost. Python packs them from this table (gemm_packing; fp4_gemm/_gemm.py's GemmCall.op_arguments).
+struct PackedField {
+  const char* name;
+  int shift;
+  int bits;
+  int offset;
+};
+
+enum KindField { kAFormat, kBFormat, kBInterleaved, kGrouping, kActivation, kOutFormat, kGroupRows };
+constexpr PackedField kKindFields[] = {{"a_format", 0, 3, 0},     {"b_format", 3, 3, 0},   {"b_interleaved", 6, 1, 0},
+                                       {"grouping", 7, 2, 0},     {"activation", 9, 3, 0}, {"out_format", 12, 3, 0},
+                                       {"group_rows", 16, 47, 0}};
+
+enum KnobField { kSchedule, kVariant, kWarps, kStages, kPdl, kSmCount };
+constexpr PackedField kKnobFields[] = {{"schedule", 0, 2, 0}, {"variant", 2, 4, 1}, {"warps", 6, 8, 0},
+                                       {"stages", 14, 8, 0},  {"pdl", 22, 1, 0},    {"sm_count", 23, 32, 1}};
+
+constexpr bool names_fit(const PackedField& field, size_t names) { return names <= (size_t{1} << field.bits); }
+static_assert(names_fit(kKindFields[kAFormat], std::size(fp4_gemm::kOperandFormatNames)) &&
+              names_fit(kKindFields[kBFormat], std::size(fp4_gemm::kOperandFormatNames)) &&
+              names_fit(kKindFields[kGrouping], std::size(fp4_gemm::kGroupingNames)) &&
+              names_fit(kKindFields[kActivation], std::size(fp4_gemm::kActivationNames)) &&
+              names_fit(kKindFields[kOutFormat], std::size(fp4_gemm::kOutFormatNames)) &&
+              names_fit(kKnobFields[kSchedule], std::size(fp4_gemm::kScheduleNames)));
+
+int64_t unpack(int64_t packed, const PackedField& field) {
+  return ((packed >> field.shift) & ((int64_t{1} << field.bits) - 1)) - field.offset;
+}
+
+template <class Enum, size_t N>
+Enum unpack_name(int64_t packed, const PackedField& field, const std::string_view (&names)[N]) {
+  const int64_t code = unpack(packed, field);
+  TORCH_CHECK(code < static_cast<int64_t>(N), "fp4_gemm.gemm: ", field.name, " code ", code, " names nothing");
+  return static_cast<Enum>(code);
+}
+
+// Every packed field as "kind.<name>" or "knobs.<name>", with its shift, bits and offset.
+std::tuple<std::vector<std::string>, std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>> gemm_packing() {
+  std::vector<std::string> names;
+  std::vector<int64_t> shifts, bits, offsets;
+  const auto add = [&](const char* prefix, const auto& fields) {
+    for (const PackedField& field : fields) {
+      names.push_back(std::string(prefix) + field.name);
+      shifts.push_back(field.shift);
+      bits.push_back(field.bits);
+      offsets.push_back(field.offset);
+    }
+  };
+  add("kind.", kKindFields);
+  add("knobs.", kKnobFields);
+  return {names, shifts, bits, offsets};
+}
+
+// The names a named field of the packing takes, by code.
+std::vector<std::string> gemm_names(std::string_view field) {
   using namespace fp4_gemm;
-  GemmProblem problem;
-  problem.a.format = parse_name<OperandFormat>(a_format, kOperandFormatNames, "operand format");
-  problem.b.format = parse_name<OperandFormat>(b_format, kOperandFormatNames, "operand format");
-  problem.b_interleaved = b_interleaved;
-  problem.grouping = parse_name<Grouping>(grouping, kGroupingNames, "grouping");
-  problem.epilogue.activation = parse_name<Activation>(activation, kActivationNames, "activation");
-  problem.epilogue.out_format = parse_name<OutFormat>(out_format, kOutFormatNames, "output format");
-  problem.schedule = parse_name<Schedule>(schedule, kScheduleNames, "schedule");
-  return problem;
+  const auto listed = [](const auto& names) { return std::vector<std::string>(std::begin(names), std::end(names)); };
+  if (field == "a_format" || field == "b_format") return listed(kOperandFormatNames);
+  if (field == "grouping") return listed(kGroupingNames);
+  if (field == "activation") return listed(kActivationNames);
+  if (field == "out_format") return listed(kOutFormatNames);
+  if (field == "schedule") return listed(kScheduleNames);
+  TORCH_CHECK(false, "fp4_gemm.gemm_names: no named field '", field, "'");
 }
 
 // A tensor's address in the problem. A meta tensor (ops.gemm_backends asks about a call's shapes,
@@ -305,18 +351,22 @@ T* optional_address(const std::optional<at::Tensor>& t) {
 // The problem a `gemm` call describes (everything but the device and the scratch), from the op's
 // arguments (their meaning: the `gemm` schema below; Python: fp4_gemm/_gemm.py's GemmCall).
 fp4_gemm::GemmProblem describe_gemm(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& sfa,
-                                    const at::Tensor& sfb, std::string_view a_format, std::string_view b_format,
-                                    bool b_interleaved, std::string_view grouping,
-                                    const std::optional<at::Tensor>& group_index, int64_t group_rows,
-                                    const std::optional<at::Tensor>& alpha, double alpha_scale,
-                                    const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& residual,
-                                    std::string_view activation, const at::Tensor& out,
-                                    const std::optional<at::Tensor>& out_scales, std::string_view out_format,
-                                    std::string_view schedule, int64_t variant, int64_t sm_count, int64_t warps,
-                                    int64_t stages, bool pdl) {
+                                    const at::Tensor& sfb, const std::optional<at::Tensor>& group_index,
+                                    const std::optional<at::Tensor>& alpha, const std::optional<at::Tensor>& bias,
+                                    const std::optional<at::Tensor>& residual, const at::Tensor& out,
+                                    const std::optional<at::Tensor>& out_scales, int64_t kind, double alpha_scale,
+                                    int64_t knobs) {
   using namespace fp4_gemm;
   TORCH_CHECK(a.dim() >= 2 && b.dim() >= 2, "fp4_gemm.gemm: a and b must be at least 2-D");
-  GemmProblem problem = gemm_kind(a_format, b_format, b_interleaved, grouping, activation, out_format, schedule);
+  GemmProblem problem;
+  problem.a.format = unpack_name<OperandFormat>(kind, kKindFields[kAFormat], kOperandFormatNames);
+  problem.b.format = unpack_name<OperandFormat>(kind, kKindFields[kBFormat], kOperandFormatNames);
+  problem.b_interleaved = unpack(kind, kKindFields[kBInterleaved]) != 0;
+  problem.grouping = unpack_name<Grouping>(kind, kKindFields[kGrouping], kGroupingNames);
+  problem.epilogue.activation = unpack_name<Activation>(kind, kKindFields[kActivation], kActivationNames);
+  problem.epilogue.out_format = unpack_name<OutFormat>(kind, kKindFields[kOutFormat], kOutFormatNames);
+  problem.group_rows = unpack(kind, kKindFields[kGroupRows]);
+  problem.schedule = unpack_name<Schedule>(knobs, kKnobFields[kSchedule], kScheduleNames);
   TORCH_CHECK(sfa.has_value() == block_scaled(problem.a.format),
               "fp4_gemm.gemm: sfa is given exactly when A is block-scaled (not bf16)");
   problem.k = a.size(-1) * a.element_size() * 8 / element_bits(problem.a.format);  // a bf16 A: K elements
@@ -328,7 +378,6 @@ fp4_gemm::GemmProblem describe_gemm(const at::Tensor& a, const at::Tensor& b, co
   problem.b.values = address(b);
   problem.b.scales = static_cast<uint8_t*>(address(sfb));
   problem.group_index = optional_address<const int32_t>(group_index);
-  problem.group_rows = group_rows;
   auto& epilogue = problem.epilogue;
   epilogue.alpha = optional_address<const float>(alpha);
   epilogue.alpha_count = alpha.has_value() ? alpha->numel() : 0;
@@ -341,11 +390,11 @@ fp4_gemm::GemmProblem describe_gemm(const at::Tensor& a, const at::Tensor& b, co
   epilogue.residual = optional_address<const void>(residual);
   epilogue.out = address(out);
   epilogue.out_scales = optional_address<uint8_t>(out_scales);
-  problem.variant = static_cast<int>(variant);
-  problem.sm_count = static_cast<int>(sm_count);
-  problem.warps = static_cast<int>(warps);
-  problem.stages = static_cast<int>(stages);
-  problem.pdl = pdl;
+  problem.variant = static_cast<int>(unpack(knobs, kKnobFields[kVariant]));
+  problem.sm_count = static_cast<int>(unpack(knobs, kKnobFields[kSmCount]));
+  problem.warps = static_cast<int>(unpack(knobs, kKnobFields[kWarps]));
+  problem.stages = static_cast<int>(unpack(knobs, kKnobFields[kStages]));
+  problem.pdl = unpack(knobs, kKnobFields[kPdl]) != 0;
   return problem;
 }
 
@@ -400,12 +449,11 @@ struct GemmBackendsFor<void(Args...)> {
   }
 };
 
-// The arguments of `gemm`, `gemm_reference`, `gemm_on` and `gemm_backends`.
+// The arguments of `gemm`, `gemm_reference`, `gemm_on` and `gemm_backends`: the tensors, then
+// `kind`, alpha_scale and `knobs` (kKindFields, kKnobFields).
 constexpr const char* kGemmArgs =
-    "Tensor a, Tensor b, Tensor? sfa, Tensor sfb, str a_format, str b_format, bool b_interleaved, "
-    "str grouping, Tensor? group_index, int group_rows, Tensor? alpha, float alpha_scale, Tensor? bias, "
-    "Tensor? residual, str activation, Tensor(a!) out, Tensor(b!)? out_scales, str out_format, str schedule, "
-    "int variant, int sm_count, int warps, int stages, bool pdl";
+    "Tensor a, Tensor b, Tensor? sfa, Tensor sfb, Tensor? group_index, Tensor? alpha, Tensor? bias, "
+    "Tensor? residual, Tensor(a!) out, Tensor(b!)? out_scales, int kind, float alpha_scale, int knobs";
 
 std::string gemm_schema(const std::string& head, const std::string& returns = "()") {
   return head + kGemmArgs + ") -> " + returns;
@@ -414,20 +462,16 @@ std::string gemm_schema(const std::string& head, const std::string& returns = "(
 }  // namespace
 
 void gemm_cuda(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& sfa, const at::Tensor& sfb,
-               std::string_view a_format, std::string_view b_format, bool b_interleaved, std::string_view grouping,
-               const std::optional<at::Tensor>& group_index, int64_t group_rows, const std::optional<at::Tensor>& alpha,
-               double alpha_scale, const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& residual,
-               std::string_view activation, at::Tensor& out, const std::optional<at::Tensor>& out_scales,
-               std::string_view out_format, std::string_view schedule, int64_t variant, int64_t sm_count,
-               int64_t warps, int64_t stages, bool pdl) {
+               const std::optional<at::Tensor>& group_index, const std::optional<at::Tensor>& alpha,
+               const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& residual, at::Tensor& out,
+               const std::optional<at::Tensor>& out_scales, int64_t kind, double alpha_scale, int64_t knobs) {
   using namespace fp4_gemm;
   TORCH_CHECK(a.is_contiguous() && b.is_contiguous() && (!sfa.has_value() || sfa->is_contiguous()) &&
                   sfb.is_contiguous() && out.is_contiguous(),
               "fp4_gemm.gemm: operands, scales and out must be contiguous");
   const c10::cuda::CUDAGuard guard(a.device());
-  GemmProblem problem = describe_gemm(a, b, sfa, sfb, a_format, b_format, b_interleaved, grouping, group_index,
-                                      group_rows, alpha, alpha_scale, bias, residual, activation, out, out_scales,
-                                      out_format, schedule, variant, sm_count, warps, stages, pdl);
+  GemmProblem problem =
+      describe_gemm(a, b, sfa, sfb, group_index, alpha, bias, residual, out, out_scales, kind, alpha_scale, knobs);
   problem.cc = device_cc(a.get_device());
   if (const GemmBackend* backend = serving_backend(problem)) {
     at::Tensor scratch;  // lives until the launch is enqueued; the allocator orders reuse by stream
@@ -446,9 +490,7 @@ void gemm_cuda(const at::Tensor& a, const at::Tensor& b, const std::optional<at:
   static const auto reference = c10::Dispatcher::singleton()
                                     .findSchemaOrThrow(FP4_GEMM_NAME_STRING(TORCH_EXTENSION_NAME) "::gemm_reference", "")
                                     .typed<decltype(gemm_cuda)>();
-  reference.call(a, b, sfa, sfb, a_format, b_format, b_interleaved, grouping, group_index, group_rows, alpha,
-                 alpha_scale, bias, residual, activation, out, out_scales, out_format, schedule, variant, sm_count,
-                 warps, stages, pdl);
+  reference.call(a, b, sfa, sfb, group_index, alpha, bias, residual, out, out_scales, kind, alpha_scale, knobs);
 }
 
 std::vector<std::string> gemm_backend_names() {
@@ -478,10 +520,12 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.impl("dequantize", c10::kCUDA, &dequantize_cuda);
 
   // Every GEMM of both API families: out = encode(act(alpha_scale * alpha[g] * A @ B[g]^T + bias + residual)).
-  // sfa: A's scales, absent for a bf16 A. grouping: dense | batched | contiguous (group_index = expert
-  // id per row) | masked (group_index = valid rows per group of group_rows). out_format: bf16 | fp16 |
-  // nvfp4 | nvfp4_from_fp16 (out_scales then receives the swizzled scales). schedule (auto | streamk |
-  // m256), variant, sm_count, warps, stages and pdl choose how a kernel runs, never what it computes.
+  // sfa: A's scales, absent for a bf16 A. `kind` packs the operand formats, b_interleaved, the
+  // grouping (dense | batched | contiguous: group_index = expert id per row | masked: group_index =
+  // valid rows per group) with group_rows, the activation and out_format (bf16 | fp16 | nvfp4 |
+  // nvfp4_from_fp16: out_scales then receives the swizzled scales); `knobs` packs schedule (auto |
+  // streamk | m256), variant, sm_count, warps, stages and pdl, which choose how a kernel runs, never
+  // what it computes. The packing: gemm_packing and gemm_names.
   ops.def(gemm_schema("gemm(").c_str());
   ops.impl("gemm", c10::kCUDA, &gemm_cuda);
 
@@ -499,6 +543,11 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   // choice first (empty: the reference). Host-side: it reads shapes, formats and the alignment of the
   // buffers; meta tensors stand for aligned buffers, so a call can be described without memory.
   ops.def(gemm_schema("gemm_backends(int cc, ", "str[]").c_str(), &GemmBackendsFor<decltype(gemm_cuda)>::call);
+
+  // The fields `gemm`'s kind and knobs pack ("kind.<field>" / "knobs.<field>"), each at its shift,
+  // bits wide, an integer stored plus its offset; and the names a named field takes, by code.
+  ops.def("gemm_packing() -> (str[] fields, int[] shifts, int[] bits, int[] offsets)", &gemm_packing);
+  ops.def("gemm_names(str field) -> str[]", &gemm_names);
 
   // Names of the GEMM backends compiled into this build, by priority (gemm_on's names).
   ops.def("gemm_backend_names() -> str[]", &gemm_backend_names);

@@ -28,12 +28,9 @@ void tile_group_scales_cuda(const std::optional<at::Tensor>& group_index, int64_
                             int64_t groups, int64_t nkb, at::Tensor& layout, at::Tensor& out_scales);
 
 void gemm_cuda(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& sfa, const at::Tensor& sfb,
-               std::string_view a_format, std::string_view b_format, bool b_interleaved, std::string_view grouping,
-               const std::optional<at::Tensor>& group_index, int64_t group_rows, const std::optional<at::Tensor>& alpha,
-               double alpha_scale, const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& residual,
-               std::string_view activation, at::Tensor& out, const std::optional<at::Tensor>& out_scales,
-               std::string_view out_format, std::string_view schedule, int64_t variant, int64_t sm_count,
-               int64_t warps, int64_t stages, bool pdl);
+               const std::optional<at::Tensor>& group_index, const std::optional<at::Tensor>& alpha,
+               const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& residual, at::Tensor& out,
+               const std::optional<at::Tensor>& out_scales, int64_t kind, double alpha_scale, int64_t knobs);
 
 std::vector<std::string> gemm_backend_names();
 

@@ -180,7 +180,7 @@ class _GemmRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: object, types: object, args: tuple = (), kwargs: dict | None = None) -> object:
         if func == _GEMM:
-            self.calls.append(GemmCall(*args, **(kwargs or {})))
+            self.calls.append(GemmCall.from_op_arguments(*args, **(kwargs or {})))
             return None
         return func(*args, **(kwargs or {}))
 

@@ -6,6 +6,12 @@ residual, activation, output encoding) and how it runs (schedule, variant, sm_co
 pdl), which never changes what it computes. Every public GEMM function validates its arguments,
 builds one GemmCall and runs it; capabilities() asks the backends about the calls they build
 (`GemmCall.backends`), and tests describe a kind of problem with `described_call`.
+
+The op takes the call's tensors, alpha_scale and two packed integers, `kind` (formats, layout,
+grouping, activation, output format) and `knobs` (schedule, variant, sm_count, warps, stages, pdl):
+`GemmCall.op_arguments` packs them and `GemmCall.from_op_arguments` unpacks them, by the binding's
+table (ops.gemm_packing, ops.gemm_names). Packing costs a dictionary lookup per call; the dispatcher
+parses 13 arguments instead of one per field, a large part of a call's host cost.
 """
 
 from __future__ import annotations
@@ -63,22 +69,113 @@ class GemmCall(NamedTuple):
         """Launches the op; a call without rows of A or of B computes nothing and launches nothing."""
         if self.a.numel() == 0 or self.b.numel() == 0:
             return
-        _GEMM(*self)
+        _GEMM(*self.op_arguments())
 
     def run_on(self, backend: str) -> None:
         """Launches the op on the named backend (GemmCall.backends' names), which must serve the call on
         its device: tests hold each backend to the reference, also where dispatch would pick another."""
-        ops.gemm_on(backend, *self)
+        ops.gemm_on(backend, *self.op_arguments())
 
     def backends(self, cc: int) -> list[str]:
         """Every backend of this build that would run this call on compute capability cc (90, 100, ...),
         dispatch's choice first; [] when the reference runs it. Meta tensors stand for aligned buffers."""
-        return _GEMM_BACKENDS(cc, *self)
+        return _GEMM_BACKENDS(cc, *self.op_arguments())
 
     def backend(self, cc: int) -> str:
         """The backend dispatch picks on compute capability cc ("" = the reference)."""
         served = self.backends(cc)
         return served[0] if served else ""
+
+    def op_arguments(self) -> tuple:
+        """The `gemm` op's arguments: the tensors, `kind`, alpha_scale and `knobs` (the module docstring).
+        ValueError for a field the op cannot take (an unknown name, an integer out of its range)."""
+        (a, b, sfa, sfb, a_format, b_format, b_interleaved, grouping, group_index, group_rows, alpha, alpha_scale,
+         bias, residual, activation, out, out_scales, out_format, schedule, variant, sm_count, warps, stages,
+         pdl) = self  # fmt: skip
+        kind_fields = (a_format, b_format, b_interleaved, grouping, group_rows, activation, out_format)
+        kind = _KIND_CODES.get(kind_fields)
+        if kind is None:
+            kind = _pack("kind", dict(zip(_KIND_NAMES, kind_fields, strict=True)))
+            _remember(_KIND_CODES, kind_fields, kind)
+        knob_fields = (schedule, variant, sm_count, warps, stages, pdl)
+        knobs = _KNOB_CODES.get(knob_fields)
+        if knobs is None:
+            knobs = _pack("knobs", dict(zip(_KNOB_NAMES, knob_fields, strict=True)))
+            _remember(_KNOB_CODES, knob_fields, knobs)
+        return a, b, sfa, sfb, group_index, alpha, bias, residual, out, out_scales, kind, alpha_scale, knobs
+
+    @classmethod
+    def from_op_arguments(
+        cls,
+        a: Tensor,
+        b: Tensor,
+        sfa: OptTensor,
+        sfb: Tensor,
+        group_index: OptTensor,
+        alpha: OptTensor,
+        bias: OptTensor,
+        residual: OptTensor,
+        out: Tensor,
+        out_scales: OptTensor,
+        kind: int,
+        alpha_scale: float,
+        knobs: int,
+    ) -> GemmCall:
+        """The call a `gemm` op's arguments describe (op_arguments' inverse)."""
+        fields = _unpack("kind", kind) | _unpack("knobs", knobs)
+        return cls(
+            a, b, sfa, sfb, group_index=group_index, alpha=alpha, alpha_scale=alpha_scale, bias=bias,
+            residual=residual, out=out, out_scales=out_scales, **fields,
+        )  # fmt: skip
+
+
+# The binding's packing table: "kind.<field>" / "knobs.<field>" -> (shift, bits, offset), and each
+# named field's names by code.
+_PACKING = {name: field for name, *field in zip(*ops.gemm_packing(), strict=True)}
+_KIND_NAMES = ("a_format", "b_format", "b_interleaved", "grouping", "group_rows", "activation", "out_format")
+_KNOB_NAMES = GemmCall._fields[GemmCall._fields.index("schedule") :]
+_NAMED = ("a_format", "b_format", "grouping", "activation", "out_format", "schedule")
+_CODES = {field: {name: code for code, name in enumerate(ops.gemm_names(field))} for field in _NAMED}
+_NAMES = {field: {code: name for name, code in codes.items()} for field, codes in _CODES.items()}
+# Packed codes of the kinds (with their group_rows) and knobs seen: few, but bounded.
+_KIND_CODES: dict[tuple, int] = {}
+_KNOB_CODES: dict[tuple, int] = {}
+_MAX_CODES = 4096
+
+
+def _remember(codes: dict[tuple, int], fields: tuple, code: int) -> None:
+    if len(codes) >= _MAX_CODES:
+        codes.clear()
+    codes[fields] = code
+
+
+def _pack(packed: str, fields: dict[str, object]) -> int:
+    """fields packed into the op's `kind` or `knobs` integer (the binding's gemm_packing)."""
+    code = 0
+    for field, value in fields.items():
+        shift, bits, offset = _PACKING[f"{packed}.{field}"]
+        if field in _CODES:
+            if not isinstance(value, str) or value not in _CODES[field]:
+                raise ValueError(f"GemmCall.{field} must be one of {sorted(_CODES[field])}, got {value!r}")
+            value = _CODES[field][value]
+        elif not isinstance(value, int) or not 0 <= value + offset < 1 << bits:
+            span = f"[{-offset}, {(1 << bits) - offset})"
+            raise ValueError(f"GemmCall.{field} must be an integer in {span}, got {value!r}")
+        code |= (value + offset) << shift
+    return code
+
+
+def _unpack(packed: str, code: int) -> dict[str, object]:
+    """The fields of the op's `kind` or `knobs` integer, by GemmCall field name (_pack's inverse)."""
+    fields: dict[str, object] = {}
+    prefix = f"{packed}."
+    for name, (shift, bits, offset) in _PACKING.items():
+        if name.startswith(prefix):
+            field = name[len(prefix) :]
+            value = (code >> shift & (1 << bits) - 1) - offset
+            default = GemmCall._field_defaults.get(field)
+            fields[field] = _NAMES[field][value] if field in _NAMES else type(default)(value)
+    return fields
 
 
 def gemm_outputs(m: int, n_out: int, out_format: str, device: torch.device) -> tuple[Tensor, OptTensor]:

@@ -66,13 +66,11 @@ def _halops_gemm(
     group_rows: int = 0,
     use_pdl: bool = True,
 ) -> None:
-    _validate.halops_gemm(
+    a_format, b_format, group_rows = _validate.halops_gemm(
         grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, group_index, group_rows, use_pdl
-    )
-    weight_only = mode in reference.W4A16_MODES  # bf16 activations as they are
-    fmt = (reference.W4A16_MODES if weight_only else reference.MODES)[mode].name
+    )  # a_format: "bf16" in the w4a16 modes, whose activations are used as they are
     GemmCall(
-        input, weight, sfa, sfb, "bf16" if weight_only else fmt, fmt, grouping=grouping, group_index=group_index,
+        input, weight, sfa, sfb, a_format, b_format, grouping=grouping, group_index=group_index,
         group_rows=group_rows, alpha=alpha, bias=bias, out=output, sm_count=sm_count, pdl=use_pdl,
     ).run()  # fmt: skip
 
@@ -115,8 +113,7 @@ def batch_gemm(
     input [B, M, K], weight [B, N, K] (packed as in dense_gemm); sfa over the B*M rows, sfb over the
     B*N rows; output bfloat16 [B, M, N]; bias bfloat16 [B, N]; alpha float32 [B].
     """
-    _validate.tensor("input", input, dtypes=(torch.float8_e4m3fn, torch.uint8, torch.bfloat16), ndim=3)
-    _halops_gemm("batched", mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, None, input.shape[1])
+    _halops_gemm("batched", mode, input, weight, sfa, sfb, output, bias, alpha, sm_count)
 
 
 def group_contiguous_gemm(

@@ -17,6 +17,8 @@ Conventions shared by every function here (docs/API.md has the full table):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from . import _validate, reference
@@ -145,21 +147,28 @@ def _nvfp4_gemm(
     out_format: str = "bf16",
     out: OptTensor = None,
     out_scales: OptTensor = None,
+    tier: tuple | None = None,
+    then: Callable[[int, int], None] | None = None,
     **fields: object,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Every flashrt-style GEMM: validated, its output allocated unless given, one GemmCall run.
-    `fields`: the call's other GemmCall fields (formats, layout, schedule knobs)."""
-    m, n_out, _ = _validate.nvfp4_gemm(
-        a, b, sfa, sfb, alpha=alpha, bias=bias, residual=residual, activation=activation,
-        out_format=out_format, out=out, out_scales=out_scales,
+    `tier`: a decode tier's rules and knobs, (_validate.mrows, gemv or gemv_standard, warps, stages);
+    `then`: rules on (M, N_out) checked after the GEMM's; `fields`: the call's other GemmCall fields
+    (formats, layout, schedule)."""
+    m, n_out, alpha = _validate.nvfp4_gemm(
+        a, b, sfa, sfb, alpha, bias, residual, activation, out_format, out, out_scales, tier
     )  # fmt: skip
+    if then is not None:
+        then(m, n_out)
+    if tier is not None:
+        fields |= {"warps": tier[1], "stages": tier[2]}
     if out is None:
         out, out_scales = gemm_outputs(m, n_out, out_format, a.device)
     GemmCall(
-        a, b, sfa, sfb, alpha_scale=float(alpha), bias=bias, residual=residual, activation=activation, out=out,
+        a, b, sfa, sfb, alpha_scale=alpha, bias=bias, residual=residual, activation=activation, out=out,
         out_scales=out_scales, out_format=out_format, **fields,
     ).run()  # fmt: skip
-    return (out, out_scales) if out_format.startswith("nvfp4") else out
+    return out if out_scales is None else (out, out_scales)
 
 
 def nvfp4_gemm_bf16(
@@ -484,9 +493,9 @@ def fp4_w4a4_gemv_warpsplit_interleaved_bf16(
 ) -> Tensor:
     """M = 1 decode GEMV over a repacked weight: out = alpha * a @ B^T, bfloat16 [1, N]; sfb is the
     original weight's scales. warps in {2, 4, 8}, stages in [1, 8]."""
-    _validate.gemv(a_packed, b_interleaved, warps, stages)
     return _nvfp4_gemm(
-        a_packed, b_interleaved, sfa, sfb, alpha=alpha, out=out, b_interleaved=True, warps=warps, stages=stages,
+        a_packed, b_interleaved, sfa, sfb, alpha=alpha, out=out, tier=(_validate.gemv, warps, stages),
+        b_interleaved=True,
     )  # fmt: skip
 
 
@@ -503,17 +512,17 @@ def fp4_w4a4_gemm_warpsplit_mrows_bf16(
 ) -> Tensor:
     """Speculative-verify tier on the standard layout: 1 <= M <= 16, N % 8 == 0, K % (64 * warps) == 0,
     warps in {2, 4, 8}. out = alpha * A @ B^T, bfloat16 [M, N]."""
-    _validate.mrows(a_packed, b_packed, warps, stages)
-    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, warps=warps, stages=stages)
+    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, tier=(_validate.mrows, warps, stages))
 
 
 def nvfp4_gemm_m256_workspace_size(a_packed: Tensor, b_packed: Tensor, sfa: Tensor, sfb: Tensor) -> int:
     """Workspace bytes of nvfp4_gemm_m256_bf16 for these shapes. Allocate it once, before graph capture."""
-    _validate.nvfp4_gemm(
-        a_packed, b_packed, sfa, sfb, alpha=1.0, bias=None, residual=None, activation="none",
-        out_format="bf16", out=None, out_scales=None,
-    )  # fmt: skip
-    tiles = -(-a_packed.shape[0] // 128) * -(-b_packed.shape[0] // 128)  # one int32 counter per 128 x 128 tile
+    m, n, _ = _validate.nvfp4_gemm(a_packed, b_packed, sfa, sfb, 1.0, None, None, "none", "bf16", None, None)
+    return _m256_workspace_bytes(m, n)
+
+
+def _m256_workspace_bytes(m: int, n: int) -> int:
+    tiles = -(-m // 128) * -(-n // 128)  # one int32 counter per 128 x 128 tile
     return -(-4 * tiles // 256) * 256
 
 
@@ -529,9 +538,11 @@ def nvfp4_gemm_m256_bf16(
 ) -> Tensor:
     """Large-M tier (M >= 512) of nvfp4_gemm_bf16 with a caller-owned workspace of at least
     nvfp4_gemm_m256_workspace_size(...) bytes; pass the same workspace on every graph replay."""
-    required = nvfp4_gemm_m256_workspace_size(a_packed, b_packed, sfa, sfb)
-    _validate.m256(a_packed, workspace, required, (a_packed, b_packed, sfa, sfb, out))
-    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, schedule="m256")
+
+    def workspace_rules(m: int, n: int) -> None:
+        _validate.m256(a_packed, workspace, _m256_workspace_bytes(m, n), (a_packed, b_packed, sfa, sfb, out))
+
+    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, then=workspace_rules, schedule="m256")
 
 
 # ---- PDL twins and the standard-layout GEMV (flashrt HEAD) -------------------------------------
@@ -576,8 +587,9 @@ def fp4_w4a4_gemv_warpsplit_bf16(
     """M = 1 decode GEMV on the standard (row-major packed, not repacked) weight: out = alpha * a @ B^T,
     bfloat16 [1, N]. warps in {2, 4, 8}, stages in [1, 8]. The K split is reduced inside a cluster of
     CTAs (no cross-call scratch): graph-replay safe."""
-    _validate.gemv_standard(a_packed, b_packed, warps, stages)
-    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, warps=warps, stages=stages)
+    return _nvfp4_gemm(
+        a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, tier=(_validate.gemv_standard, warps, stages)
+    )
 
 
 # ---- the W4A16 tier: bf16 activations, NVFP4 weights (flashrt HEAD) ----------------------------

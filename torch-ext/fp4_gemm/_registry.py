@@ -14,14 +14,21 @@ from collections.abc import Callable
 import torch
 
 from . import reference
+from ._gemm import GemmCall
 from ._ops import add_op_namespace_prefix, ops
+
+
+def gemm_into(*op_arguments: object) -> None:
+    """reference.gemm_into of the call a `gemm` op's packed arguments describe."""
+    reference.gemm_into(*GemmCall.from_op_arguments(*op_arguments))
+
 
 # registered op -> its reference implementation
 REFERENCE_IMPLS: dict[str, Callable[..., None]] = {
     "quantize": reference.quantize_into,
     "dequantize": reference.dequantize_into,
-    "gemm": reference.gemm_into,
-    "gemm_reference": reference.gemm_into,  # what the native `gemm` runs when no kernel serves a problem
+    "gemm": gemm_into,
+    "gemm_reference": gemm_into,  # what the native `gemm` runs when no kernel serves a problem
     "swiglu_quant": reference.swiglu_quant_into,
     "permute_to_masked": reference.permute_into,
     "repack": reference.repack_into,

@@ -13,8 +13,8 @@ other (`disjoint`: a kernel thread would read what another one writes), and what
 allocates must fit the device's memory (`fits_in_memory`).
 
 Host cost: the rules on metadata (types, dtypes, shapes, devices, contiguity, plain arguments) give
-the same verdict for the same metadata, so each rule set runs once per distinct key (`checked`,
-`verdict_key`) and later calls look the verdict up; what varies per call (a Python float's value,
+the same verdict for the same metadata, so each rule set runs once per distinct key (`checked`)
+and later calls look the verdict up; what varies per call (a Python float's value,
 buffer addresses, device data on the host) is checked on every call.
 """
 
@@ -56,44 +56,41 @@ def fail(rule: str) -> NoReturn:
 
 _VERDICTS: dict[tuple, object] = {}
 MAX_VERDICTS = 4096  # distinct call shapes remembered; then forgotten at once
-_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_PLAIN_TENSORS = frozenset((torch.Tensor, torch.nn.Parameter))
+_KEYED_AS_THEMSELVES = frozenset((type(None), str, torch.dtype))  # no two of these compare equal
 _UNKNOWN = object()
+_is_compiling = torch.compiler.is_compiling
 
 
-def verdict_key(*parts: object) -> tuple | None:
-    """What a rule set's verdict depends on: each tensor's dtype, shape, device and contiguity, each
-    other value (with its type where values of two types compare equal: True == 1 == 1.0). None, so
-    that the rules run, while torch.compile traces and for tensor subclasses (a FakeTensor's metadata
-    is not a real tensor's)."""
-    if torch.compiler.is_compiling():
-        return None
-    key = []
-    for part in parts:
-        kind = type(part)
-        if kind is torch.Tensor or kind is torch.nn.Parameter:
-            key.append((part.dtype, part.shape, part.device, part.is_contiguous()))
-        elif part is None or kind is str or kind is torch.dtype:
-            key.append(part)
-        elif isinstance(part, torch.Tensor):
-            return None
-        else:
-            key.append((kind, part))
-    return tuple(key)
-
-
-def checked(key: tuple | None, rules: Callable[..., T], *args: object) -> T:
+def checked(rules: Callable[..., T], *args: object) -> T:
     """rules(*args): a call's metadata rules, raising ValueError at the first broken one and returning
-    what the call needs (its shapes). A verdict is remembered under its key: a call with the same key
-    runs no rule again. A call that breaks a rule is never remembered."""
-    if key is not None:
-        try:
-            verdict = _VERDICTS.get(key, _UNKNOWN)
-        except TypeError:  # an unhashable value (a list as a mode): the rules reject it
-            key, verdict = None, _UNKNOWN
-        if verdict is not _UNKNOWN:
-            return verdict
-    verdict = rules(*args)
-    if key is not None:
+    what the call needs (its shapes). The verdict is remembered under what it depends on: the rules,
+    each tensor argument's dtype, shape, device and contiguity, each other argument's value (with its
+    type where values of two types compare equal: True == 1 == 1.0), so a call with the same key runs
+    no rule again. Never remembered: a call that breaks a rule, calls while torch.compile traces, and
+    calls with tensor subclasses (a FakeTensor's metadata is not a real tensor's). Runs on every call:
+    set lookups, no chains of type tests."""
+    if _is_compiling():
+        return rules(*args)
+    key = [rules]
+    append = key.append
+    for part in args:
+        kind = type(part)
+        if kind in _PLAIN_TENSORS:
+            append((part.dtype, part.shape, part.device, part.is_contiguous()))
+        elif kind in _KEYED_AS_THEMSELVES:
+            append(part)
+        elif isinstance(part, torch.Tensor):
+            return rules(*args)
+        else:
+            append((kind, part))
+    key = tuple(key)
+    try:
+        verdict = _VERDICTS.get(key, _UNKNOWN)
+    except TypeError:  # an unhashable value (a list as a mode): the rules reject it
+        return rules(*args)
+    if verdict is _UNKNOWN:
+        verdict = rules(*args)
         if len(_VERDICTS) >= MAX_VERDICTS:
             _VERDICTS.clear()
         _VERDICTS[key] = verdict
@@ -209,26 +206,38 @@ def multiple(name: str, value: int, of: int, why: str) -> None:
 
 
 def disjoint(
-    outputs: tuple[tuple[str, torch.Tensor | None], ...],
-    inputs: tuple[tuple[str, torch.Tensor | None], ...],
+    outputs: tuple[torch.Tensor | None, ...],
+    inputs: tuple[torch.Tensor | None, ...],
+    names: tuple[str, ...],
     in_place: tuple[str, str] | None = None,
 ) -> None:
-    """Outputs (name, tensor) share no byte with any input or with each other: a kernel would race, one
-    thread reading what another writes. `in_place` names the one (output, input) pair that may be the
-    very same buffer (each element read, then written, by one thread). Contiguous tensors on one
-    device: byte ranges decide (a fake tensor has none: nothing to check)."""
-    if torch.compiler.is_compiling():
+    """Outputs share no byte with any input or with each other: a kernel would race, one thread
+    reading what another writes. `names`: the outputs' names, then the inputs' (for the message).
+    `in_place` names the one (output, input) pair that may be the very same buffer (each element
+    read, then written, by one thread). Contiguous tensors on one device: byte ranges decide (a fake
+    tensor has none: nothing to check)."""
+    if _is_compiling():
         return
-    for i, (name, out) in enumerate(outputs):
+    last = len(outputs) - 1
+    for i, out in enumerate(outputs):
         if out is None or type(out) not in _PLAIN_TENSORS:
             continue
         start = out.data_ptr()
         end = start + out.nbytes
-        for other, t in outputs[i + 1 :] + inputs:
+        for j, t in enumerate(inputs if i == last else outputs[i + 1 :] + inputs, i + 1):
             if t is not None:
                 other_start = t.data_ptr()
                 if other_start < end and start < other_start + t.nbytes and out.numel() and t.numel():
-                    overlap(name, other, (start, end) == (other_start, other_start + t.nbytes), in_place)
+                    same_bytes = (start, end) == (other_start, other_start + t.nbytes)
+                    overlap(names[i], names[j], same_bytes, in_place)
+
+
+# The buffers of the GEMMs' disjoint checks: outputs, then inputs.
+_NVFP4_GEMM_NAMES = ("out", "a_packed", "b_packed", "sfa", "sfb", "bias", "residual")
+_NVFP4_OUT_NAMES = ("out_packed", "out_sfa", *_NVFP4_GEMM_NAMES[1:])
+_W4A16_NAMES = ("out", "x", "weight", "scale", "global_scale", "workspace")
+_HALOPS_NAMES = ("output", "input", "weight", "sfa", "sfb", "bias", "alpha", "expert_ids")
+_MASKED_NAMES = (*_HALOPS_NAMES[:-1], "masked_m")
 
 
 def overlap(name: str, other: str, same_bytes: bool, in_place: tuple[str, str] | None) -> None:
@@ -285,8 +294,7 @@ def quantize_input(name: str, x: object, dtypes: Sequence[torch.dtype], group: i
 
 
 def group_wise_quant(input: object, mode: object, use_swizzle: object, use_pdl: object) -> BlockFormat:
-    key = verdict_key("group_wise_quant", input, mode, use_swizzle, use_pdl)
-    return checked(key, _group_wise_quant, input, mode, use_swizzle, use_pdl)
+    return checked(_group_wise_quant, input, mode, use_swizzle, use_pdl)
 
 
 def _group_wise_quant(input: torch.Tensor, mode: str, use_swizzle: object, use_pdl: object) -> BlockFormat:
@@ -303,9 +311,9 @@ def _group_wise_quant(input: torch.Tensor, mode: str, use_swizzle: object, use_p
 
 def fp4_quantizer(x: object, dtype: torch.dtype, packed: object, sfa: object) -> None:
     """A flashrt-style quantizer: x [rows, K]; caller buffers both or neither (packed [rows, K/2], flat scales)."""
-    checked(verdict_key("fp4_quantizer", x, dtype, packed, sfa), _fp4_quantizer, x, dtype, packed, sfa)
+    checked(_fp4_quantizer, x, dtype, packed, sfa)
     if packed is not None:
-        disjoint((("packed", packed), ("sfa", sfa)), (("x", x),))
+        disjoint((packed, sfa), (x,), ("packed", "sfa", "x"))
 
 
 def _fp4_quantizer(x: object, dtype: torch.dtype, packed: object, sfa: object) -> None:
@@ -333,7 +341,7 @@ def aligned_dim(dim: int, align: int) -> int:
 
 
 def padded_quantizer(x: object, align: object) -> None:
-    checked(verdict_key("padded_quantizer", x, align), _padded_quantizer, x, align)
+    checked(_padded_quantizer, x, align)
 
 
 def _padded_quantizer(x: object, align: object) -> None:
@@ -344,7 +352,7 @@ def _padded_quantizer(x: object, align: object) -> None:
 
 
 def pack_weight(weight: object, bias: object, align: object, mse: object) -> None:
-    checked(verdict_key("pack_weight", weight, bias, align, mse), _pack_weight, weight, bias, align, mse)
+    checked(_pack_weight, weight, bias, align, mse)
 
 
 def _pack_weight(weight: object, bias: object, align: object, mse: object) -> None:
@@ -358,9 +366,9 @@ def _pack_weight(weight: object, bias: object, align: object, mse: object) -> No
 
 
 def dequantizer(packed: object, sfa: object, out: object) -> None:
-    checked(verdict_key("dequantizer", packed, sfa, out), _dequantizer, packed, sfa, out)
+    checked(_dequantizer, packed, sfa, out)
     if out is not None:
-        disjoint((("out", out),), (("packed", packed), ("sfa", sfa)))
+        disjoint((out,), (packed, sfa), ("out", "packed", "sfa"))
 
 
 def _dequantizer(packed: object, sfa: object, out: object) -> None:
@@ -403,7 +411,6 @@ def nvfp4_gemm(
     b: object,
     sfa: object,
     sfb: object,
-    *,
     alpha: object,
     bias: object,
     residual: object,
@@ -411,23 +418,43 @@ def nvfp4_gemm(
     out_format: str,
     out: object,
     out_scales: object,
+    tier: tuple | None = None,
+) -> tuple[int, int, float]:
+    """Operands, epilogue tensors and caller outputs of every flashrt-style GEMM, and a decode tier's
+    own rules first (`tier`: (mrows, gemv or gemv_standard, warps, stages)); returns (M, N_out) and
+    alpha as the float the kernels take."""
+    rules = _nvfp4_gemm
+    if tier is None:
+        m, n_out, _ = checked(rules, a, b, sfa, sfb, bias, residual, activation, out_format, out, out_scales, None)
+    else:  # warps and stages keyed as arguments of their own, with their types
+        m, n_out, _ = checked(rules, a, b, sfa, sfb, bias, residual, activation, out_format, out, out_scales, *tier)
+    alpha = number("alpha", alpha)
+    if out_scales is not None:
+        disjoint((out, out_scales), (a, b, sfa, sfb, bias, residual), _NVFP4_OUT_NAMES)
+    elif out is not None:
+        disjoint((out,), (a, b, sfa, sfb, bias, residual), _NVFP4_GEMM_NAMES, in_place=("out", "residual"))
+    return m, n_out, alpha
+
+
+def _nvfp4_gemm(
+    a: object,
+    b: object,
+    sfa: object,
+    sfb: object,
+    bias: object,
+    residual: object,
+    activation: str,
+    out_format: str,
+    out: object,
+    out_scales: object,
+    tier_rules: Callable[[object, object, object, object], None] | None,
+    warps: object = 0,
+    stages: object = 0,
 ) -> tuple[int, int, int]:
-    """Operands, epilogue tensors and caller outputs of every flashrt-style GEMM; returns (M, N_out, K)."""
-    parts = (a, b, sfa, sfb, bias, residual, activation, out_format, out, out_scales)
-    shapes = checked(verdict_key("nvfp4_gemm", *parts), _nvfp4_gemm, parts)
-    number("alpha", alpha)
-    if out_format.startswith("nvfp4"):
-        outputs = (("out_packed", out), ("out_sfa", out_scales))
-    else:
-        outputs = (("out", out),)
-    inputs = (("a_packed", a), ("b_packed", b), ("sfa", sfa), ("sfb", sfb), ("bias", bias), ("residual", residual))
-    disjoint(outputs, inputs, in_place=("out", "residual"))
-    return shapes
-
-
-def _nvfp4_gemm(parts: tuple) -> tuple[int, int, int]:
-    """The metadata rules of the flashrt-style GEMMs (nvfp4_gemm's arguments but alpha)."""
-    a, b, sfa, sfb, bias, residual, activation, out_format, out, out_scales = parts
+    """The metadata rules of the flashrt-style GEMMs (nvfp4_gemm's arguments but alpha, its tier
+    unpacked)."""
+    if tier_rules is not None:
+        tier_rules(a, b, warps, stages)
     m, n, k = packed_shape(a, b)
     if b.shape[1] * 2 != k:
         fail(f"a_packed and b_packed must have the same K: a gives {k}, b gives {b.shape[1] * 2}")
@@ -474,20 +501,12 @@ def packed_shape(a: object, b: object) -> tuple[int, int, int]:
 
 
 def mrows(a: object, b: object, warps: object, stages: object) -> None:
-    checked(verdict_key("mrows", a, b, warps, stages), _mrows, a, b, warps, stages)
-
-
-def _mrows(a: object, b: object, warps: object, stages: object) -> None:
     m, n, k = packed_shape(a, b)
     skinny_knobs(warps, stages)
     if not 1 <= m <= MROWS_MAX_M:
         fail(f"fp4_w4a4_gemm_warpsplit_mrows_bf16 needs 1 <= M <= {MROWS_MAX_M}, got M={m}")
     multiple("N", n, 8, "the multi-row tier reads 8 weight rows at a time")
     multiple("K", k, 64 * warps, "64 * warps: each warp takes whole 64-element slices")
-
-
-def gemv(a: object, b: object, warps: object, stages: object) -> None:
-    checked(verdict_key("gemv", a, b, warps, stages), _gemv, a, b, warps, stages)
 
 
 def _one_row(function: str, a: object, b: object, warps: object, stages: object) -> tuple[int, int]:
@@ -499,7 +518,7 @@ def _one_row(function: str, a: object, b: object, warps: object, stages: object)
     return n, k
 
 
-def _gemv(a: object, b: object, warps: object, stages: object) -> None:
+def gemv(a: object, b: object, warps: object, stages: object) -> None:
     n, k = _one_row("fp4_w4a4_gemv_warpsplit_interleaved_bf16", a, b, warps, stages)
     multiple("N", n, reference.STREAM_TILE_ROWS, "the streaming layout tiles 8 rows")
     multiple("K", k, reference.STREAM_TILE_K, "the streaming layout tiles 64 elements")
@@ -507,7 +526,7 @@ def _gemv(a: object, b: object, warps: object, stages: object) -> None:
 
 def repack(b: object, out: object) -> None:
     """out may overlap b: the op goes through a copy."""
-    checked(verdict_key("repack", b, out), _repack, b, out)
+    checked(_repack, b, out)
 
 
 def _repack(b: object, out: object) -> None:
@@ -520,10 +539,8 @@ def _repack(b: object, out: object) -> None:
 
 def m256(a: torch.Tensor, workspace: object, required: int, operands: tuple) -> None:
     """The M >= 512 tier: its caller workspace; `operands` = (a, b, sfa, sfb, out), which it may not overlap."""
-    checked(verdict_key("m256", a, workspace, required), _m256, a, workspace, required)
-    disjoint(
-        (("workspace", workspace),), tuple(zip(("a_packed", "b_packed", "sfa", "sfb", "out"), operands, strict=True))
-    )
+    checked(_m256, a, workspace, required)
+    disjoint((workspace,), operands, ("workspace", "a_packed", "b_packed", "sfa", "sfb", "out"))
 
 
 def _m256(a: torch.Tensor, workspace: object, required: int) -> None:
@@ -550,10 +567,6 @@ def e0m3_a_format(value: object) -> str:
 
 
 def gemv_standard(a: object, b: object, warps: object, stages: object) -> None:
-    checked(verdict_key("gemv_standard", a, b, warps, stages), _gemv_standard, a, b, warps, stages)
-
-
-def _gemv_standard(a: object, b: object, warps: object, stages: object) -> None:
     _one_row("fp4_w4a4_gemv_warpsplit_bf16", a, b, warps, stages)
 
 
@@ -585,14 +598,11 @@ def adopt_w4a16(weight_packed: object, weight_scale: object, weight_scale_2: obj
 
 def w4a16_gemm(x: object, weight: object, scale: object, global_scale: object, workspace: object, out: object) -> None:
     """nvfp4_w4a16_marlin_bf16: bf16 x [M, K], the adopted weight, its scales and global scale."""
-    parts = (x, weight, scale, global_scale, workspace, out)
-    checked(verdict_key("w4a16_gemm", *parts), _w4a16_gemm, parts)
-    inputs = (("x", x), ("weight", weight), ("scale", scale), ("global_scale", global_scale))
-    disjoint((("out", out),), inputs + (("workspace", workspace),))
+    checked(_w4a16_gemm, x, weight, scale, global_scale, workspace, out)
+    disjoint((out,), (x, weight, scale, global_scale, workspace), _W4A16_NAMES)
 
 
-def _w4a16_gemm(parts: tuple) -> None:
-    x, weight, scale, global_scale, workspace, out = parts
+def _w4a16_gemm(x: object, weight: object, scale: object, global_scale: object, workspace: object, out: object) -> None:
     tensor("x", x, dtypes=(torch.bfloat16,), ndim=2)
     tensor("weight", weight, dtypes=(torch.uint8,), ndim=2)
     m, k, n = x.shape[0], x.shape[1], weight.shape[0]
@@ -657,22 +667,25 @@ def halops_gemm(
     group_index: object = None,
     max_m: object = 0,
     use_pdl: object = True,
-) -> None:
-    """dense_gemm, batch_gemm, group_contiguous_gemm and group_masked_gemm."""
-    parts = (grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm, group_index, max_m, use_pdl)
-    groups = checked(verdict_key("halops_gemm", *parts), _halops_gemm, parts)
+) -> tuple[str, str, int]:
+    """dense_gemm, batch_gemm, group_contiguous_gemm and group_masked_gemm; returns the formats of A
+    and B (GemmCall's names) and the rows of A per group (batched: each item's, masked: max_m; 0
+    otherwise)."""
+    a_format, b_format, groups, group_rows = checked(
+        _halops_gemm, grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm, group_index, max_m, use_pdl
+    )
     if grouping == "contiguous":
         expert_ids(group_index, groups)
     if grouping == "masked":
         valid_counts("masked_m", group_index, max_m)
-    inputs = (("input", input), ("weight", weight), ("sfa", sfa), ("sfb", sfb), ("bias", bias), ("alpha", alpha))
-    index = (("expert_ids" if grouping == "contiguous" else "masked_m", group_index),)
-    disjoint((("output", output),), inputs + index)
+    inputs = (input, weight, sfa, sfb, bias, alpha, group_index)
+    disjoint((output,), inputs, _MASKED_NAMES if grouping == "masked" else _HALOPS_NAMES)
+    return a_format, b_format, group_rows
 
 
-def _halops_gemm(parts: tuple) -> int:
-    """The metadata rules of the halops GEMMs (halops_gemm's arguments); returns the number of weight
-    matrices."""
+def _halops_gemm(*parts: object) -> tuple[str, str, int, int]:
+    """The metadata rules of the halops GEMMs (halops_gemm's arguments); returns the formats of A and
+    B, the number of weight matrices and the rows of A per group."""
     grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm, group_index, max_m, use_pdl = parts
     sm_count(sm)
     boolean("use_pdl", use_pdl)
@@ -706,7 +719,8 @@ def _halops_gemm(parts: tuple) -> int:
             fail(f"input must have num_experts * max_m_per_expert = {groups} * {max_m} rows, got {rows}")
         tensor("masked_m", group_index, dtypes=(torch.int32,), shape=(groups,))
     same_device(input=input, weight=weight, sfa=sfa, sfb=sfb, output=output, bias=bias, alpha=alpha, index=group_index)
-    return groups
+    group_rows = input.shape[1] if grouping == "batched" else max_m if grouping == "masked" else 0
+    return "bf16" if mode in reference.W4A16_MODES else fmt.name, fmt.name, groups, group_rows
 
 
 def expert_ids(ids: torch.Tensor, experts: int) -> None:
@@ -734,7 +748,7 @@ def valid_counts(name: str, counts: torch.Tensor, maximum: int) -> None:
 
 
 def swiglu_quant(input: object, counts: object, is_fp4: object) -> None:
-    rows_per_group = checked(verdict_key("swiglu_quant", input, counts, is_fp4), _swiglu_quant, input, counts, is_fp4)
+    rows_per_group = checked(_swiglu_quant, input, counts, is_fp4)
     valid_counts("token_nums_per_expert", counts, rows_per_group)
 
 
@@ -756,8 +770,7 @@ def _swiglu_quant(input: object, counts: object, is_fp4: object) -> int:
 
 
 def permute(x: object, scale: object, topk_ids: object, experts: object, max_token_num: object) -> None:
-    key = verdict_key("permute", x, scale, topk_ids, experts, max_token_num)
-    checked(key, _permute, x, scale, topk_ids, experts, max_token_num)
+    checked(_permute, x, scale, topk_ids, experts, max_token_num)
     host = host_data(topk_ids)
     if host is not None and debug_checks():  # overflow is legal (counts report it); debug mode flags it
         routed = host[(host >= 0) & (host < experts)]
