@@ -16,15 +16,14 @@ from __future__ import annotations
 import functools
 import os
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from cases import BLACKWELL_CAPABILITIES, STAGED_KINDS
-from conftest import ROOT, variant_dir, variant_metadata
+from conftest import ROOT, variant_metadata
+from machine_code import all_kernels, nvidia_tool
 
 BLACKWELL = BLACKWELL_CAPABILITIES  # cc -> capability: 100 -> "10.0a", ...
 FORMATS = ("mxfp8", "mxfp4", "nvfp4")
@@ -60,33 +59,6 @@ def test_instantiation_table_counts(dispatch_probe):
 # ---- machine code -----------------------------------------------------------------------------
 
 
-def nvidia_tool(name: str) -> str | None:
-    """A CUDA binary tool: on PATH, or from the nvidia-cuda-* wheels (site-packages/nvidia/cu13/bin)."""
-    found = shutil.which(name)
-    if found:
-        return found
-    for site in (Path(p) for p in sys.path if p.endswith("site-packages")):
-        candidate = site / "nvidia" / "cu13" / "bin" / name
-        if candidate.is_file():
-            return str(candidate)
-    return None
-
-
-@functools.cache
-def disassembly_env() -> dict[str, str]:
-    """Environment for cuobjdump --dump-sass, which runs nvdisasm (found through NVDISASM_PATH)."""
-    cuobjdump, nvdisasm = nvidia_tool("cuobjdump"), nvidia_tool("nvdisasm")
-    if cuobjdump is None or nvdisasm is None:
-        pytest.skip("cuobjdump/nvdisasm not found: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm")
-    env = dict(os.environ, NVDISASM_PATH=nvdisasm)
-    env["PATH"] = os.pathsep.join([str(Path(nvdisasm).parent), env.get("PATH", "")])
-    return env | {"CUOBJDUMP": cuobjdump}
-
-
-def library() -> Path:
-    return variant_dir() / f"{variant_metadata()['id']}.abi3.so"
-
-
 # A kernel of these backends: its epilogue's activation functor carries the arch section.
 OUR_KERNEL = re.compile(r"BlackwellActivationILN\w*?8GemmArchE(\d+)EE")
 # Element and scale types, as they first appear (length-prefixed) in a mangled CUTLASS name.
@@ -100,19 +72,6 @@ FORMAT_TYPES = {
 def kernel_format(name: str) -> str:
     (fmt,) = [f for f, types in FORMAT_TYPES.items() if all(t in name for t in types)]
     return fmt
-
-
-@functools.cache
-def all_kernels(cc: int) -> dict[str, str]:
-    """Mangled name -> SASS of every kernel in the arch's cubins."""
-    env = disassembly_env()
-    command = [env["CUOBJDUMP"], "--dump-sass", "--gpu-architecture", f"sm_{cc}a", str(library())]
-    sass = subprocess.run(command, capture_output=True, text=True, check=True, env=env).stdout
-    kernels = {}
-    for chunk in re.split(r"\n\s*Function : ", sass)[1:]:
-        name, _, body = chunk.partition("\n")
-        kernels[name.strip()] = body
-    return kernels
 
 
 @functools.cache

@@ -13,11 +13,10 @@ import os
 import re
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from conftest import REPO_ID, ROOT, build_config, load_module, requires_repo_file, variant_dir, variant_metadata
+from machine_code import cuobjdump, library
 
 pytestmark = pytest.mark.kernels_ci
 
@@ -158,10 +157,6 @@ def test_variant_metadata_matches_build_toml():
     assert set(meta["backend"]["archs"]) <= all_capabilities(build_config())
 
 
-def library() -> Path:
-    return variant_dir() / f"{variant_metadata()['id']}.abi3.so"
-
-
 def abi_checked_library():
     checker = pytest.importorskip("kernel_abi_check", reason="pip install kernel-abi-check (requirements.txt)")
     return checker.ObjectFile(library())
@@ -194,16 +189,6 @@ def test_variant_library_links_only_torch_and_the_cuda_runtime():
     dynamic = subprocess.run([readelf, "-d", str(library())], capture_output=True, text=True, check=True).stdout
     needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dynamic)
     assert needed and [n for n in needed if not (ALLOWED_LIBRARIES.fullmatch(n) or SYSTEM_LIBRARIES.fullmatch(n))] == []
-
-
-def cuobjdump() -> str:
-    candidates = [shutil.which("cuobjdump")]
-    for site in (Path(p) for p in sys.path if p.endswith("site-packages")):
-        candidates.append(site / "nvidia" / "cu13" / "bin" / "cuobjdump")
-    for candidate in candidates:
-        if candidate and Path(candidate).is_file():
-            return str(candidate)
-    pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump)")
 
 
 @pytest.mark.machine_code

@@ -26,13 +26,6 @@ def backend(fp4, a_format="nvfp4", b_format="nvfp4", m=256, n=4096, k=4096, **ki
     return fp4._gemm.described_call(a_format, b_format, m=m, n=n, k=k, **kind).backend(90)
 
 
-def backends(fp4, a_format="nvfp4", b_format="nvfp4", m=256, n=4096, k=4096, **kind) -> list[str]:
-    """Every backend that serves the call on sm_90, dispatch's choice first."""
-    if 90 not in fp4._ops.ops.gemm_backend_archs():
-        pytest.skip("this build has no sm_90 code (built with --archs)")
-    return fp4._gemm.described_call(a_format, b_format, m=m, n=n, k=k, **kind).backends(90)
-
-
 def engine_gemm(fp4, a, b, sfa, sfb, a_format: str, b_format: str, out, alpha_scale=1.0, alpha=None) -> None:
     """The `gemm` op on the engine by name (GemmCall.run_on), no epilogue but alpha: from M = 1024 on,
     dispatch gives dense problems to the composition backend instead (test_gemm_composition.py)."""
@@ -267,8 +260,7 @@ def test_runs_are_bitwise_equal_and_replay_in_a_cuda_graph(fp4, ref):
 def test_stream_k_runs_are_bitwise_equal(fp4, ref, a_format, shape):
     # few tiles on all SMs: stream-K with one piece per CTA (64 rows), and with whole tiles between
     # pieces (256 rows: more units per CTA than one tile's K tiles), whose epilogue staging the next
-    # piece's B decode reuses. bf16 activations run these shapes as whole tiles (their stream-K
-    # results differed run to run: benchmarks/NOTES.md, "Open defect")
+    # piece's B decode reuses
     m, n, k = shape
     (a, b, sfa, sfb), a_dq, b_dq = nvfp4_operands(fp4, ref, m, n, k)
     if a_format == "bf16":
@@ -326,14 +318,7 @@ def test_weights_dequantized_once_to_bf16_are_within_the_bound(fp4, ref, mode, s
 
 @pytest.mark.parametrize("b_format", ["nvfp4", "mxfp4", "bf16"])
 def test_engine_serves_bf16_activations_with_4_bit_or_bf16_weights(fp4, b_format):
-    assert "sm90_engine" in backends(fp4, "bf16", b_format, m=256, n=4096, k=4096)
-
-
-@pytest.mark.parametrize("b_format", ["nvfp4", "mxfp4"])
-def test_dense_w4a16_above_16_rows_is_dispatched_to_the_composition(fp4, b_format):
-    """The engine's bf16-A path is not the default: its results differed run to run under stream-K
-    (benchmarks/NOTES.md, "Open defect"); grouped W4A16 stays on the engine (whole tiles)."""
-    assert [backend(fp4, "bf16", b_format, m=m, n=4096, k=4096) for m in (17, 256, 1023)] == ["composition"] * 3
+    assert backend(fp4, "bf16", b_format, m=256, n=4096, k=4096) == "sm90_engine"
 
 
 def test_engine_leaves_bf16_activations_with_8_bit_weights_to_other_backends(fp4):

@@ -54,10 +54,8 @@ constexpr const char* kName = "composition";
 // expert shapes (N, K), the composition being our dequantize of both operands plus a cuBLAS bf16
 // GEMM: from M = 1024 on it was faster than the fused Hopper engine on every shape, at M <= 256
 // slower (docs/API.md has the shapes). So on sm_90 it takes dense problems with block-scaled weights
-// from 1024 rows on, and bf16 activations above the skinny tier's M <= 16 (the engine's bf16-A path
-// gave results that differed run to run under stream-K: benchmarks/NOTES.md, "Open defect"). On the
-// other arches it takes bf16 activations that no arch kernel reads (Blackwell's kernels have none),
-// above M = 16.
+// from 1024 rows on. On every arch it takes bf16 activations that no arch kernel reads (Blackwell's
+// kernels have none), above the skinny tier's M <= 16.
 constexpr int kHopperCc = 90;
 constexpr int64_t kHopperMinRows = 1024;
 constexpr int64_t kSkinnyMaxRows = 16;
@@ -66,9 +64,7 @@ enum class Region { Not, Taken, WhereNoArchKernel };
 
 constexpr Region composition_region(int cc, OperandFormat a, OperandFormat b, int64_t m) {
   if (cc == kHopperCc && m >= kHopperMinRows && block_scaled(b)) return Region::Taken;
-  if (a == OperandFormat::Bf16 && m > kSkinnyMaxRows) {
-    return cc == kHopperCc && block_scaled(b) ? Region::Taken : Region::WhereNoArchKernel;
-  }
+  if (a == OperandFormat::Bf16 && m > kSkinnyMaxRows) return Region::WhereNoArchKernel;
   return Region::Not;
 }
 

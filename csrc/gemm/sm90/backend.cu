@@ -128,10 +128,6 @@ WorkSplit work_split(const GemmProblem& p, int width) {
   const int64_t units = tiles * ceil_div(p.k, 64);
   const int64_t sms = sm_count(p);
   const bool uneven = tiles % sms != 0 && tiles < 8 * sms;
-  // bf16 activations with block-scaled weights run whole tiles only: under stream-K their results differed run to run on the
-  // H200 (a race not yet found, benchmarks/NOTES.md "Open defect"); dense W4A16 above 16 rows goes to
-  // the composition backend on sm_90 for the same reason.
-  if (p.a.format == OperandFormat::Bf16 && p.b.format != OperandFormat::Bf16) return {tiles, false};
   if (p.schedule != Schedule::StreamK && !uneven) return {tiles, false};
   return {units < sms ? units : sms, true};
 }

@@ -718,9 +718,13 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
       pin_registers(b_offsets);  // kept, not recomputed per K tile
       convert_b_row<Config>(smem.b(s), smem.sfb(s), sf_b, smem.bf16_tile(r.bf16_tile), b_row, b_sub, codes, b_offsets);
       load_a_fragments<Config>(smem.a(s), smem.sfa(s), sf_a, warp_row, lane, codes, f);
+      // One proxy fence, before the arrive, orders both sides of the generic/async boundary: the
+      // bf16 tile's stores before the wgmmas that read it, and this stage's shared loads (still in
+      // flight at the arrive, their registers used after it) before the producer's next TMA write
+      // into the stage, which the arrive's release alone does not (benchmarks/NOTES.md).
+      fence_async_shared();
       __syncwarp();
       if (lane == 0) mbar_arrive(&smem.empty[s]);
-      fence_async_shared();
       named_barrier_sync(1, Config::kConsumerThreads);
     } else {
       load_a_fragments<Config>(smem.a(s), smem.sfa(s), sf_a, warp_row, lane, codes, f);
