@@ -92,13 +92,32 @@ int64_t sm_count(const GemmProblem& p) { return p.sm_count > 0 ? p.sm_count : de
 // problems with block-scaled weights; others run 128 x 256); -1 picks by shape. Measured on the
 // H200: a 256-wide tile decodes half the A fragments per column and ran 1.4-1.6x faster per column
 // than a 128-wide one at every shape of benchmarks/bench_gemm.py, M = 256 included, where the extra
-// wave of the narrow tiles costs more than the wide tiles' tail. The 64-row tile runs no padding
-// rows at M <= 64.
+// wave of the narrow tiles costs more than the wide tiles' tail.
+//
+// The 64-row tile runs no padding rows at M <= 64; above, it does about the same wgmma work as the
+// 128-row tile but decodes B once per 64 rows, which pays only while there is little work per SM
+// (short stream-K pieces: ramp, fix-up and epilogue dominate). Measured on the H200 (NVFP4, MXFP8,
+// MXFP4; benchmarks/NOTES.md, "a 64-row tile"), 64 x 256 time / 128 x 256 time: M <= 64 0.70-0.88 on
+// every (N, K) measured; M = 96..192 0.79-0.95 (one 1.01) where the 64-row tiles take at most 41 K
+// tiles per SM, 1.03-1.40 from 62 on; M = 256 0.95-1.10 at 27 per SM, 1.06-1.61 above: kept on 128.
+// Other operand pairs (bf16 A, E0M3) take it at M <= 64 only, where it is strictly less work.
 struct TileShape {
   int rows, width;
 };
 
-constexpr int64_t kShortTileMaxRows = 64;
+constexpr int64_t kShortTileRows = 64;
+constexpr int64_t kShortTileMaxRows = 192;        // above 64 rows, the auto choice as measured
+constexpr int64_t kShortTileMaxKTilesPerSm = 48;  // between the 41 measured faster and the 62 not
+
+bool short_tile_pays(const GemmProblem& p) {
+  if (p.m <= kShortTileRows) return true;
+  const bool measured_pair = p.a.format == p.b.format && (p.a.format == OperandFormat::Nvfp4 ||
+                                                          p.a.format == OperandFormat::Mxfp4 ||
+                                                          p.a.format == OperandFormat::Mxfp8);
+  if (!measured_pair || p.m > kShortTileMaxRows) return false;
+  const int64_t k_tiles = ceil_div(p.m, kShortTileRows) * ceil_div(p.n, 256) * ceil_div(p.k, 64);
+  return k_tiles <= kShortTileMaxKTilesPerSm * sm_count(p);
+}
 
 TileShape tile_shape(const GemmProblem& p) {
   if (p.grouping != Grouping::Dense) return {128, 256};  // the grouped kernels' one tile
@@ -107,7 +126,7 @@ TileShape tile_shape(const GemmProblem& p) {
   if (p.variant == 1) return {128, 256};
   if (p.variant == 2) return {short_tile_built ? 64 : 128, 256};
   if (p.n <= 128) return {128, 128};
-  return {short_tile_built && p.m <= kShortTileMaxRows ? 64 : 128, 256};
+  return {short_tile_built && short_tile_pays(p) ? 64 : 128, 256};
 }
 
 // How the CTAs share the work (engine.cuh, "work split"): one whole tile per CTA, or stream-K over
