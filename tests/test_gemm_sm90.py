@@ -487,28 +487,3 @@ def test_64_row_tile_nan_scale_makes_its_row_and_only_its_row_nan(fp4, ref, row)
     engine_gemm(fp4, a, b, sfa, sfb, "nvfp4", "nvfp4", out, variant=SHORT_TILE)
     nan_rows = out.isnan().any(dim=1).nonzero().flatten().tolist()
     assert nan_rows == [row] and bool(out[row].isnan().all())
-
-
-@requires_sm90
-@pytest.mark.parametrize(
-    "shape, short",
-    [
-        ((128, 4096, 7168), True),  # few K tiles per SM (27 of 64 rows)
-        ((192, 7168, 2048), True),
-        ((128, 8192, 8192), False),  # 62 K tiles of 64 rows per SM
-        ((256, 7168, 2048), False),  # above 192 rows
-    ],
-    ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else ("64-row" if v else "128-row"),
-)
-def test_the_automatic_tile_is_the_measured_faster_one(fp4, ref, shape, short):
-    # backend.cu tile_shape: the automatic choice's result is bitwise the chosen variant's (132 SMs).
-    # Above 64 rows the two tiles split the work differently, so their float32 sums differ; at
-    # M <= 64 both split alike and give the same bits, so this cannot tell them apart there.
-    m, n, k = shape
-    (a, b, sfa, sfb), _, _ = nvfp4_operands(fp4, ref, m, n, k)
-    outs = {}
-    for variant in (-1, 1, SHORT_TILE):
-        outs[variant] = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
-        engine_gemm(fp4, a, b, sfa, sfb, "nvfp4", "nvfp4", outs[variant], variant=variant, sm_count=132)
-    assert not torch.equal(outs[1], outs[SHORT_TILE]), f"{shape}: the two tiles' results should differ"
-    assert_bitwise_equal(outs[-1], outs[SHORT_TILE if short else 1], f"auto tile at {shape}")
