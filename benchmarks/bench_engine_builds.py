@@ -7,6 +7,11 @@ the exactly dequantized operands, then each build's engine; medians of triton.te
 cleared before every run). Ratio = cuBLAS time / the build's time.
 
     python benchmarks/bench_engine_builds.py base=/path/to/old/repo new=. --json /tmp/ab.json
+
+`--variants 1,2` times each build's engine once per variant (columns build:variant, e.g. the 128 x 256
+and the 64 x 256 tiles of one build); outputs are compared bit for bit among the columns of one
+variant. `--shapes 64x4096x7168,...` and `--formats nvfp4,mxfp8` replace the default rows;
+`--no-masked` leaves out the grouped rows.
 """
 
 from __future__ import annotations
@@ -51,16 +56,19 @@ def dense_operands(fp4, ref, fmt: str, xa: torch.Tensor, xb: torch.Tensor):
     return a, sfa, b, sfb, fmt, fmt, *dq
 
 
-def timed(builds: dict, make_fn, shape) -> tuple[dict, bool]:
-    """Each build's median and whether every build's output equals the first one's bit for bit."""
-    times, outs = {}, []
+def timed(builds: dict, make_fn, shape, variants=(-1,)) -> tuple[dict, bool]:
+    """Each (build, variant)'s median and whether every build's output equals the first build's of the
+    same variant bit for bit."""
+    times, firsts, same = {}, {}, True
     for name, fp4 in builds.items():
-        out = torch.empty(shape, dtype=torch.bfloat16, device="cuda")
-        fn = make_fn(fp4, out)
-        fn()
-        outs.append(out.clone())
-        times[name] = median_us(fn)
-    return times, all(torch.equal(outs[0].view(torch.int16), o.view(torch.int16)) for o in outs)
+        for variant in variants:
+            out = torch.empty(shape, dtype=torch.bfloat16, device="cuda")
+            fn = make_fn(fp4, out, variant)
+            fn()
+            first = firsts.setdefault(variant, out.clone())
+            same = same and torch.equal(first.view(torch.int16), out.view(torch.int16))
+            times[name if variants == (-1,) else f"{name}:{variant}"] = median_us(fn)
+    return times, same
 
 
 def report(tag: str, peer_us: float, times: dict, same: bool) -> str:
@@ -73,29 +81,36 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("builds", nargs="+", help="name=repository path, the first is the reference")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--variants", default="-1", help="comma-separated engine variants (GemmCall.variant)")
+    parser.add_argument("--shapes", default=None, help="comma-separated MxNxK (default: SHAPES)")
+    parser.add_argument("--formats", default=",".join(FORMATS), help="comma-separated, of " + ", ".join(FORMATS))
+    parser.add_argument("--no-masked", action="store_true", help="leave out the grouped masked rows")
     args = parser.parse_args()
+    variants = tuple(int(v) for v in args.variants.split(","))
+    shapes = SHAPES if args.shapes is None else [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")]
+    formats = args.formats.split(",")
     builds = {name: get_local_kernel(Path(path)) for name, path in (b.split("=", 1) for b in args.builds)}
     fp4 = next(iter(builds.values()))
     ref = importlib.import_module(fp4.__name__ + ".reference")
     rows = []
-    for m, n, k in SHAPES:
+    for m, n, k in shapes:
         g = torch.Generator(device="cuda").manual_seed(m + n + k)
         xa = torch.randn(m, k, generator=g, device="cuda").to(torch.bfloat16)
         xb = (torch.randn(n, k, generator=g, device="cuda") * 0.05).to(torch.bfloat16)
         cublas = None
-        for fmt in FORMATS:
+        for fmt in formats:
             a, sfa, b, sfb, af, bf, a_bf, b_bf = dense_operands(fp4, ref, fmt, xa, xb)
             cublas = cublas or median_us(lambda a_bf=a_bf, b_bf=b_bf: torch.mm(a_bf, b_bf.T))
 
-            def engine(mod, out, a=a, sfa=sfa, b=b, sfb=sfb, af=af, bf=bf):
-                call = mod._gemm.GemmCall(a, b, sfa, sfb, af, bf, out=out)
+            def engine(mod, out, variant, a=a, sfa=sfa, b=b, sfb=sfb, af=af, bf=bf):
+                call = mod._gemm.GemmCall(a, b, sfa, sfb, af, bf, out=out, variant=variant)
                 return lambda: call.run_on("sm90_engine")
 
-            times, same = timed(builds, engine, (m, n))
+            times, same = timed(builds, engine, (m, n), variants)
             rows.append(dict(m=m, n=n, k=k, fmt=fmt, cublas_us=cublas, bitwise_equal=same, us=times))
             print(report(f"{m:5d} {n:6d} {k:5d} {fmt:6s}", cublas, times, same), flush=True)
     experts, per, n, k = MASKED
-    for fmt in ("nvfp4", "mxfp8"):
+    for fmt in () if args.no_masked else ("nvfp4", "mxfp8"):
         x = torch.randn(experts * per, k, device="cuda").to(torch.bfloat16)
         a, sfa = fp4.group_wise_quant(x, MODES[fmt])
         parts = [
@@ -109,7 +124,7 @@ def main() -> None:
         b_bf = torch.stack([ref.dequantize(v, s, ref.FORMATS[fmt]).to(torch.bfloat16) for v, s in parts])
         bmm = median_us(lambda a_bf=a_bf, b_bf=b_bf: torch.bmm(a_bf, b_bf.transpose(1, 2)))
 
-        def masked(mod, out, a=a, sfa=sfa, b=b, sfb=sfb, fmt=fmt, counts=counts, alpha=alpha):
+        def masked(mod, out, variant, a=a, sfa=sfa, b=b, sfb=sfb, fmt=fmt, counts=counts, alpha=alpha):
             return lambda: mod.group_masked_gemm(
                 a, b, sfa, sfb, counts, out, alpha=alpha, max_m_per_expert=per, mode=MODES[fmt]
             )

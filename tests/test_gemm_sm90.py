@@ -26,13 +26,15 @@ def backend(fp4, a_format="nvfp4", b_format="nvfp4", m=256, n=4096, k=4096, **ki
     return fp4._gemm.described_call(a_format, b_format, m=m, n=n, k=k, **kind).backend(90)
 
 
-def engine_gemm(fp4, a, b, sfa, sfb, a_format: str, b_format: str, out, alpha_scale=1.0, alpha=None) -> None:
-    """The `gemm` op on the engine by name (GemmCall.run_on), no epilogue but alpha: from M = 1024 on,
-    dispatch gives dense problems to the composition backend instead (test_gemm_composition.py)."""
+def engine_gemm(fp4, a, b, sfa, sfb, a_format: str, b_format: str, out, alpha_scale=1.0, alpha=None, **fields) -> None:
+    """The `gemm` op on the engine by name (GemmCall.run_on), alpha and any other GemmCall `fields`
+    (epilogue, knobs): from M = 1024 on, dispatch gives dense problems to the composition backend
+    instead (test_gemm_composition.py)."""
     out_format = "fp16" if out.dtype == torch.float16 else "bf16"
     fp4._gemm.GemmCall(
-        a, b, sfa, sfb, a_format, b_format, alpha=alpha, alpha_scale=alpha_scale, out=out, out_format=out_format
-    ).run_on("sm90_engine")
+        a, b, sfa, sfb, a_format, b_format, alpha=alpha, alpha_scale=alpha_scale, out=out, out_format=out_format,
+        **fields,
+    ).run_on("sm90_engine")  # fmt: skip
 
 
 def no_scales() -> torch.Tensor:
@@ -353,3 +355,120 @@ def test_bf16_gemm_is_within_the_bound(fp4, ref, shape):
     out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
     engine_gemm(fp4, a, b, None, no_scales(), "bf16", "bf16", out, alpha_scale=2.0)
     assert_within_bound(out, 2.0 * (a.double() @ b.double().T), 2.0 * a.double(), b.double(), f"bf16 {shape}")
+
+
+# ---- the 64-row tile (variant 2: 64 x 256, both consumer warpgroups on the same rows) -------------
+
+SHORT_TILE = 2  # the variant that runs the 64-row tile on the engine (backend.cu tile_shape)
+SHORT_TILE_PAIRS = [
+    ("nvfp4", "nvfp4"),
+    ("mxfp4", "mxfp4"),
+    ("mxfp8", "mxfp8"),
+    ("nvfp4", "e0m3"),
+    ("e0m3", "e0m3"),
+    ("bf16", "nvfp4"),
+    ("bf16", "mxfp4"),
+]
+HALOPS_MODES = {fmt: mode for mode, fmt in MODES.items()}
+
+
+def pair_operand(fp4, ref, fmt: str, rows: int, k: int, seed: int, scale: float = 1.0):
+    """(values, scales, dequantized float64) of one operand in format `fmt` (bf16: no scales)."""
+    x = random_bf16(rows, k, seed, scale)
+    if fmt == "bf16":
+        return x, None, x.double()
+    if fmt == "e0m3":
+        values, scales = fp4.quantize_e0m3_sfa_fp16(x.half())
+    else:
+        values, scales = fp4.group_wise_quant(x, HALOPS_MODES[fmt])
+    return values, scales, ref.dequantize(values, scales, ref.FORMATS[fmt]).double()
+
+
+@requires_sm90
+@pytest.mark.parametrize("pair", SHORT_TILE_PAIRS, ids=lambda p: "x".join(p))
+@pytest.mark.parametrize("m", [1, 17, 63, 64, 65, 100])
+def test_64_row_tile_is_within_the_bound_for_every_format_pair(fp4, ref, pair, m):
+    # N = 300: a part-filled second column tile; K = 352: a half-filled last K tile; m = 65 and 100
+    # put a second row tile at row 64 of the first 128-row scale atom
+    a_format, b_format = pair
+    n, k = 300, 352
+    a, sfa, a_dq = pair_operand(fp4, ref, a_format, m, k, 31)
+    b, sfb, b_dq = pair_operand(fp4, ref, b_format, n, k, 32, scale=0.05)
+    out = poisoned_like(torch.empty(m, n, dtype=torch.float16 if "e0m3" in pair else torch.bfloat16, device="cuda"))
+    engine_gemm(fp4, a, b, sfa, sfb, a_format, b_format, out, alpha_scale=0.5, variant=SHORT_TILE)
+    assert_within_bound(out, 0.5 * (a_dq @ b_dq.T), 0.5 * a_dq, b_dq, f"64-row tile {pair} m={m}")
+
+
+@requires_sm90
+@pytest.mark.parametrize("epilogue", ["bias_residual_fp16", "bias_gelu_bf16"])
+def test_64_row_tile_epilogues_are_within_the_bound(fp4, ref, epilogue):
+    m, n, k = 90, 520, 512
+    (a, b, sfa, sfb), a_dq, b_dq = nvfp4_operands(fp4, ref, m, n, k)
+    bias = random_bf16(1, n, 5).reshape(n)
+    alpha = torch.full((1,), 0.75, device="cuda")
+    if epilogue == "bias_residual_fp16":
+        residual = random_bf16(m, n, 6).half()
+        out = poisoned_like(torch.empty(m, n, dtype=torch.float16, device="cuda"))
+        fields = dict(bias=bias, residual=residual)
+        expected = 0.75 * (a_dq @ b_dq.T) + bias.double() + residual.double()
+        slope = 1.0
+    else:
+        out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
+        fields = dict(bias=bias, activation="gelu")
+        expected = torch.nn.functional.gelu(0.75 * (a_dq @ b_dq.T) + bias.double())
+        slope = 1.13  # GELU's largest slope: the input bound carries over with it
+    engine_gemm(fp4, a, b, sfa, sfb, "nvfp4", "nvfp4", out, alpha=alpha, variant=SHORT_TILE, **fields)
+    assert_within_bound(out, expected, 0.75 * slope * a_dq, b_dq, f"64-row tile {epilogue}")
+
+
+@requires_sm90
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp8"])
+@pytest.mark.parametrize(
+    "shape", [(64, 4352, 5120), (100, 4352, 5120), (256, 4096, 7168)], ids=lambda s: "x".join(map(str, s))
+)
+def test_64_row_tile_stream_k_runs_are_bitwise_equal(fp4, ref, fmt, shape):
+    # 17 to 64 tiles of 64 x 256 on all SMs: stream-K, one or a few pieces per CTA; one SM: whole tiles
+    m, n, k = shape
+    (a, b, sfa, sfb), a_dq, b_dq = halops_operands(fp4, ref, HALOPS_MODES[fmt], m, n, k)
+    runs = []
+    for _ in range(8):
+        out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
+        engine_gemm(fp4, a, b, sfa, sfb, fmt, fmt, out, variant=SHORT_TILE)
+        runs.append(out)
+    assert_within_bound(runs[0], a_dq @ b_dq.T, a_dq, b_dq, f"64-row tile {fmt} {shape}")
+    for i, out in enumerate(runs[1:], 1):
+        assert_bitwise_equal(out, runs[0], f"64-row tile {fmt} {shape} run {i}")
+    whole = poisoned_like(runs[0])
+    engine_gemm(fp4, a, b, sfa, sfb, fmt, fmt, whole, variant=SHORT_TILE, sm_count=1)
+    assert_within_bound(whole, a_dq @ b_dq.T, a_dq, b_dq, f"64-row tile {fmt} {shape} whole tiles")
+
+
+@requires_sm90
+def test_64_row_tile_replays_in_a_cuda_graph(fp4, ref):
+    m, n, k = 64, 4352, 5120  # stream-K: the flags' reset is part of the graph
+    (a, b, sfa, sfb), _, _ = nvfp4_operands(fp4, ref, m, n, k)
+    first = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
+    engine_gemm(fp4, a, b, sfa, sfb, "nvfp4", "nvfp4", first, variant=SHORT_TILE)
+    out = poisoned_like(first)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        engine_gemm(fp4, a, b, sfa, sfb, "nvfp4", "nvfp4", out, variant=SHORT_TILE)
+    for _ in range(2):
+        out.view(torch.uint8).fill_(0xA5)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_bitwise_equal(out, first, "64-row tile graph replay")
+
+
+@requires_sm90
+@pytest.mark.parametrize("row", [5, 70, 99])
+def test_64_row_tile_nan_scale_makes_its_row_and_only_its_row_nan(fp4, ref, row):
+    # rows 64.. of A are the second 64-row tile, whose scales sit at row 64 of the first scale atom
+    m, n, k = 100, 300, 256
+    (a, b, sfa, sfb), _, _ = nvfp4_operands(fp4, ref, m, n, k)
+    sfa.reshape(-1)[ref.sf_offset(row, 1, ref._ceil_div(k // 16, 4))] = ref.NVFP4.scale_nan
+    out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
+    engine_gemm(fp4, a, b, sfa, sfb, "nvfp4", "nvfp4", out, variant=SHORT_TILE)
+    nan_rows = out.isnan().any(dim=1).nonzero().flatten().tolist()
+    assert nan_rows == [row] and bool(out[row].isnan().all())

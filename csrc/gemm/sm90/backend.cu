@@ -88,15 +88,45 @@ int device_sm_count() {
 
 int64_t sm_count(const GemmProblem& p) { return p.sm_count > 0 ? p.sm_count : device_sm_count(); }
 
-// variant 0: 128-wide tiles; 1 ("widen"): 256-wide; others pick 256 unless N fits 128. Measured on
-// the H200: a 256-wide tile decodes half the A fragments per column and ran 1.4-1.6x faster per
-// column than a 128-wide one at every shape of benchmarks/bench_gemm.py, M = 256 included, where
-// the extra wave of the narrow tiles costs more than the wide tiles' tail.
-int tile_width(const GemmProblem& p) {
-  if (p.grouping != Grouping::Dense) return 256;  // the grouped kernels' one width
-  if (p.variant == 0) return 128;
-  if (p.variant == 1) return 256;
-  return p.n > 128 ? 256 : 128;
+// The output tile, rows x columns. variant 0: 128 x 128; 1 ("widen"): 128 x 256; 2: 64 x 256 (dense
+// problems with block-scaled weights; others run 128 x 256); -1 picks by shape. Measured on the
+// H200: a 256-wide tile decodes half the A fragments per column and ran 1.4-1.6x faster per column
+// than a 128-wide one at every shape of benchmarks/bench_gemm.py, M = 256 included, where the extra
+// wave of the narrow tiles costs more than the wide tiles' tail.
+//
+// The 64-row tile runs no padding rows at M <= 64; above, it does about the same wgmma work as the
+// 128-row tile but decodes B once per 64 rows, which pays only while there is little work per SM
+// (short stream-K pieces: ramp, fix-up and epilogue dominate). Measured on the H200 (NVFP4, MXFP8,
+// MXFP4; benchmarks/NOTES.md, "a 64-row tile"), 64 x 256 time / 128 x 256 time: M <= 64 0.70-0.88 on
+// every (N, K) measured; M = 96..192 0.79-0.95 (one 1.01) where the 64-row tiles take at most 41 K
+// tiles per SM, 1.03-1.40 from 62 on; M = 256 0.95-1.10 at 27 per SM, 1.06-1.61 above: kept on 128.
+// Other operand pairs (bf16 A, E0M3) take it at M <= 64 only, where it is strictly less work.
+struct TileShape {
+  int rows, width;
+};
+
+constexpr int64_t kShortTileRows = 64;
+constexpr int64_t kShortTileMaxRows = 192;        // above 64 rows, the auto choice as measured
+constexpr int64_t kShortTileMaxKTilesPerSm = 48;  // between the 41 measured faster and the 62 not
+
+bool short_tile_pays(const GemmProblem& p) {
+  if (p.m <= kShortTileRows) return true;
+  const bool measured_pair = p.a.format == p.b.format && (p.a.format == OperandFormat::Nvfp4 ||
+                                                          p.a.format == OperandFormat::Mxfp4 ||
+                                                          p.a.format == OperandFormat::Mxfp8);
+  if (!measured_pair || p.m > kShortTileMaxRows) return false;
+  const int64_t k_tiles = ceil_div(p.m, kShortTileRows) * ceil_div(p.n, 256) * ceil_div(p.k, 64);
+  return k_tiles <= kShortTileMaxKTilesPerSm * sm_count(p);
+}
+
+TileShape tile_shape(const GemmProblem& p) {
+  if (p.grouping != Grouping::Dense) return {128, 256};  // the grouped kernels' one tile
+  const bool short_tile_built = p.b.format != OperandFormat::Bf16;
+  if (p.variant == 0) return {128, 128};
+  if (p.variant == 1) return {128, 256};
+  if (p.variant == 2) return {short_tile_built ? 64 : 128, 256};
+  if (p.n <= 128) return {128, 128};
+  return {short_tile_built && short_tile_pays(p) ? 64 : 128, 256};
 }
 
 // How the CTAs share the work (engine.cuh, "work split"): one whole tile per CTA, or stream-K over
@@ -114,17 +144,17 @@ struct WorkSplit {
 // A grouped problem's tile count is known on the device only; the persistent CTAs walk what there is.
 // This bounds it: each group's rows in whole 128-row tiles; valid contiguous ids (each expert's rows
 // consecutive) add at most one part-filled tile per expert.
-int64_t grouped_tile_bound(const GemmProblem& p, int width) {
-  const int64_t m_tiles = p.grouping == Grouping::Contiguous ? ceil_div(p.m, 128) + p.groups
-                                                             : p.groups * ceil_div(p.group_rows, 128);
-  return m_tiles * ceil_div(p.n, width);
+int64_t grouped_tile_bound(const GemmProblem& p, const TileShape& tile) {
+  const int64_t m_tiles = p.grouping == Grouping::Contiguous ? ceil_div(p.m, tile.rows) + p.groups
+                                                             : p.groups * ceil_div(p.group_rows, tile.rows);
+  return m_tiles * ceil_div(p.n, tile.width);
 }
 
-WorkSplit work_split(const GemmProblem& p, int width) {
+WorkSplit work_split(const GemmProblem& p, const TileShape& tile) {
   if (p.grouping != Grouping::Dense) {
-    return {std::max<int64_t>(1, std::min(grouped_tile_bound(p, width), sm_count(p))), false};
+    return {std::max<int64_t>(1, std::min(grouped_tile_bound(p, tile), sm_count(p))), false};
   }
-  const int64_t tiles = ceil_div(p.m, 128) * ceil_div(p.n, width);
+  const int64_t tiles = ceil_div(p.m, tile.rows) * ceil_div(p.n, tile.width);
   const int64_t units = tiles * ceil_div(p.k, 64);
   const int64_t sms = sm_count(p);
   const bool uneven = tiles % sms != 0 && tiles < 8 * sms;
@@ -134,7 +164,7 @@ WorkSplit work_split(const GemmProblem& p, int width) {
 
 // B is dequantized once into a bf16 scratch matrix (BSource::Bf16) when at least this many 128-row
 // tiles of A would each decode it again; that costs K * N * (bits / 8 + 2) bytes of memory traffic
-// and the scratch, and frees the consumers from decoding B. 256-wide tiles only. Measured on the
+// and the scratch, and frees the consumers from decoding B. 128 x 256 tiles only. Measured on the
 // H200 (cuBLAS bf16 time / ours): M = 2048 0.61-0.66 with it against 0.65-0.69 without; M = 4096
 // 0.70-0.75 against 0.62; 8192^3 0.83-0.90 against 0.70.
 constexpr int64_t kBf16BMinRowTiles = 24;
@@ -144,7 +174,9 @@ constexpr int64_t kBf16BMaxBytes = int64_t(1) << 30;
 
 bool bf16_b(const GemmProblem& p) {
   if (p.b.format == OperandFormat::Bf16) return false;  // already bf16: read as it is
-  return p.grouping == Grouping::Dense && tile_width(p) == 256 && ceil_div(p.m, 128) >= kBf16BMinRowTiles && p.n * p.k * 2 <= kBf16BMaxBytes;
+  const TileShape tile = tile_shape(p);
+  return p.grouping == Grouping::Dense && tile.rows == 128 && tile.width == 256 &&
+         ceil_div(p.m, 128) >= kBf16BMinRowTiles && p.n * p.k * 2 <= kBf16BMaxBytes;
 }
 
 // The scratch the op allocates for a launch (GemmBackend::scratch_bytes), 256-byte aligned parts:
@@ -156,12 +188,12 @@ struct Scratch {
 constexpr int64_t kAlign = 256;
 
 Scratch scratch_layout(const GemmProblem& p) {
-  const int width = tile_width(p);
-  const WorkSplit split = work_split(p, width);
+  const TileShape tile = tile_shape(p);
+  const WorkSplit split = work_split(p, tile);
   Scratch layout;
   if (split.stream_k) {
     layout.partials = ceil_div(split.ctas * int64_t(sizeof(int)), kAlign) * kAlign;
-    layout.bytes = layout.partials + split.ctas * 128 * width * int64_t(sizeof(float));
+    layout.bytes = layout.partials + split.ctas * int64_t(tile.rows) * tile.width * int64_t(sizeof(float));
   }
   if (bf16_b(p)) {
     layout.b_bf16 = ceil_div(layout.bytes, kAlign) * kAlign;
@@ -222,7 +254,7 @@ void launch(const GemmProblem& p, const Scratch& layout, cudaStream_t stream) {
   schedule.k_tiles = ceil_div(p.k, Config::kBlockK);
   schedule.n_tiles = ceil_div(p.n, Config::kBlockN);
   schedule.m_tiles = ceil_div(p.m, Config::kBlockM);
-  const WorkSplit split = work_split(p, Config::kBlockN);
+  const WorkSplit split = work_split(p, {Config::kBlockM, Config::kBlockN});
   schedule.units = schedule.m_tiles * schedule.n_tiles * schedule.k_tiles;
   // Contiguous: the spans into the scratch (2 * groups int32 at layout.spans), found before the GEMM.
   schedule.groups = device_group_rows(p, reinterpret_cast<int32_t*>(static_cast<uint8_t*>(p.scratch) + layout.spans),
@@ -243,12 +275,16 @@ void launch(const GemmProblem& p, const Scratch& layout, cudaStream_t stream) {
 
 template <OperandFormat kA, OperandFormat kB>
 void run_dense(const GemmProblem& p, const Scratch& layout, cudaStream_t stream) {
+  const TileShape tile = tile_shape(p);
   if constexpr (kB == OperandFormat::Bf16) {
-    if (tile_width(p) == 256) return launch<EngineConfig<kA, kB, 256, BSource::Bf16>>(p, layout, stream);
+    if (tile.width == 256) return launch<EngineConfig<kA, kB, 256, BSource::Bf16>>(p, layout, stream);
     return launch<EngineConfig<kA, kB, 128, BSource::Bf16>>(p, layout, stream);
   } else {
     if (bf16_b(p)) return launch<EngineConfig<kA, kB, 256, BSource::Bf16>>(p, layout, stream);
-    if (tile_width(p) == 256) return launch<EngineConfig<kA, kB, 256>>(p, layout, stream);
+    if (tile.rows == 64) {
+      return launch<EngineConfig<kA, kB, 256, BSource::Packed, Grouping::Dense, 64>>(p, layout, stream);
+    }
+    if (tile.width == 256) return launch<EngineConfig<kA, kB, 256>>(p, layout, stream);
     return launch<EngineConfig<kA, kB, 128>>(p, layout, stream);
   }
 }

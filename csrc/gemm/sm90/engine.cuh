@@ -1,15 +1,18 @@
 // The Hopper GEMM engine: block-scaled A [M, K] x B [N, K]^T with exact in-kernel dequantization
 // to bf16 and wgmma with float32 accumulation.
 //
-// One CTA computes a 128 x kBlockN tile with three warpgroups:
+// One CTA computes a kBlockM x kBlockN tile with three warpgroups:
 //   warpgroup 0  producer: one thread streams packed A, packed B and both scale tiles through a
 //                ring of kStages shared-memory stages with TMA (mbarrier "full"/"empty" pairs);
-//   warpgroups 1, 2  consumers, 64 rows of A each. Per 64-wide K tile they
+//   warpgroups 1, 2  consumers. A 128-row tile gives each 64 rows of A and all kBlockN columns; a
+//                64-row tile (small M: no padding rows, twice the tiles) gives both the same 64 rows
+//                and each half of the columns. Per 64-wide K tile they
 //                - dequantize their A rows straight into wgmma register fragments,
 //                - together dequantize the B tile into a bf16 tile in the 128-byte swizzle
 //                  (three buffers rotate, so one barrier per K tile keeps them safe),
-//                - issue four m64 x kBlockN x k16 wgmmas (A from registers, B from shared memory)
-//                  and decode the next K tile while those run.
+//                - issue four m64 x kWarpgroupN x k16 wgmmas (A from registers, B from shared
+//                  memory: a 64-row tile's second warpgroup starts kBlockN / 2 rows into the bf16
+//                  tile) and decode the next K tile while those run.
 //
 // K order inside a tile. Summation order is free, so wgmma's K slots need not hold the elements
 // in order, only the same element for A and B. wgmma's register fragment gives thread
@@ -59,7 +62,7 @@ enum class BSource : int { Packed = 0, Bf16 = 1 };
 constexpr int round_up(int x, int multiple) { return (x + multiple - 1) / multiple * multiple; }
 
 template <OperandFormat kA, OperandFormat kB, int kBlockN_, BSource kBSource_ = BSource::Packed,
-          Grouping kGrouping_ = Grouping::Dense>
+          Grouping kGrouping_ = Grouping::Dense, int kBlockM_ = 128>
 struct EngineConfig {
   static constexpr OperandFormat kFormatA = kA;
   static constexpr OperandFormat kFormatB = kB;
@@ -77,8 +80,13 @@ struct EngineConfig {
   static constexpr int kBlockSize = block_size(kBf16A ? kB : kA) > 0 ? block_size(kBf16A ? kB : kA) : 32;
   static_assert(kBf16A || kB == OperandFormat::Bf16 || !kPackedB || block_size(kA) == block_size(kB),
                 "one scale block size");
-  static constexpr int kBlockM = 128;
+  static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
+  // The 64-row tile splits the columns between the consumer warpgroups; it is built for a packed B
+  // (the bf16-B and shared-A loops read 128 rows of A) on 256-wide tiles.
+  static_assert(kBlockM == 128 || (kBlockM == 64 && kPackedB && kBlockN == 256), "tiles 128 x N and 64 x 256");
+  static constexpr int kWarpgroupN = kBlockM == 128 ? kBlockN : kBlockN / 2;  // one wgmma's columns
+  static constexpr int kAccumulators = kWarpgroupN / 2;                       // floats per consumer thread
   static constexpr int kBlockK = 64;  // one 128-byte bf16 row of the swizzled B tile
   static constexpr int kThreads = 384;
   static constexpr int kConsumerThreads = 256;
@@ -87,9 +95,9 @@ struct EngineConfig {
   static constexpr int kRowBytesB = kBlockK * element_bits(kB) / 8;
   static constexpr int kTileBytesA = kBlockM * kRowBytesA;
   static constexpr int kTileBytesB = kBlockN * kRowBytesB;
-  // The SfAtom columns holding this K tile: A's 128 rows and B's kBlockN rows start on a 128-row
-  // atom in a dense problem; a group's rows may start anywhere in one (its first row, g * N), so a
-  // grouped tile reads one atom more of each.
+  // The SfAtom columns holding this K tile: A's rows and B's kBlockN rows start on a 128-row atom in
+  // a dense problem (a 64-row tile at row 0 or 64 of one); a group's rows may start anywhere in one
+  // (its first row, g * N), so a grouped tile reads one atom more of each.
   static constexpr int kScaleTilesA = kBf16A ? 0 : kGrouping == Grouping::Dense ? 1 : 2;
   static constexpr int kScaleTilesB = kBlockN / kSfTileRows + (kGrouping == Grouping::Dense ? 0 : 1);
   static constexpr int kScaleBytesA = kSfTileBytes * kScaleTilesA;
@@ -442,16 +450,16 @@ struct Wgmma<256> {
   using OpShared = cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
 };
 
-template <int kBlockN, size_t... I>
-__device__ __forceinline__ void wgmma_rs(const uint32_t (&a)[4], uint64_t desc_b, float (&acc)[kBlockN / 2],
+template <int kN, size_t... I>
+__device__ __forceinline__ void wgmma_rs(const uint32_t (&a)[4], uint64_t desc_b, float (&acc)[kN / 2],
                                          std::index_sequence<I...>) {
-  Wgmma<kBlockN>::Op::fma(a[0], a[1], a[2], a[3], desc_b, acc[I]..., cute::SM90::GMMA::ScaleOut::One);
+  Wgmma<kN>::Op::fma(a[0], a[1], a[2], a[3], desc_b, acc[I]..., cute::SM90::GMMA::ScaleOut::One);
 }
 
-template <int kBlockN, size_t... I>
-__device__ __forceinline__ void wgmma_ss(uint64_t desc_a, uint64_t desc_b, float (&acc)[kBlockN / 2],
+template <int kN, size_t... I>
+__device__ __forceinline__ void wgmma_ss(uint64_t desc_a, uint64_t desc_b, float (&acc)[kN / 2],
                                          std::index_sequence<I...>) {
-  Wgmma<kBlockN>::OpShared::fma(desc_a, desc_b, acc[I]..., cute::SM90::GMMA::ScaleOut::One);
+  Wgmma<kN>::OpShared::fma(desc_a, desc_b, acc[I]..., cute::SM90::GMMA::ScaleOut::One);
 }
 
 // Four k16 steps with both operands in shared memory (kSharedA): this warpgroup's 64 rows of the
@@ -460,22 +468,24 @@ __device__ __forceinline__ void wgmma_ss(uint64_t desc_a, uint64_t desc_b, float
 // while the previous batch is in flight would make ptxas serialize the wgmmas.
 template <class Config>
 __device__ __forceinline__ void issue_tile_shared(const uint8_t* a_rows, const uint8_t* bf16_tile,
-                                                  float (&acc)[Config::kBlockN / 2]) {
+                                                  float (&acc)[Config::kAccumulators]) {
+  static_assert(Config::kBlockM == 128, "both operands from shared memory: 128-row tiles");
   const uint64_t desc_a = sw128_descriptor(a_rows), desc_b = sw128_descriptor(bf16_tile);
   wgmma_fence();
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
-    wgmma_ss<Config::kBlockN>(desc_a + uint64_t(2 * s), desc_b + uint64_t(2 * s), acc,
-                              std::make_index_sequence<Config::kBlockN / 2>{});
+    wgmma_ss<Config::kWarpgroupN>(desc_a + uint64_t(2 * s), desc_b + uint64_t(2 * s), acc,
+                                  std::make_index_sequence<Config::kAccumulators>{});
   }
   wgmma_commit();
 }
 
 // Four k16 steps over one 64-wide K tile; the descriptor advances 32 bytes (16 elements) per step.
+// `b_rows`: this warpgroup's first row of the bf16 B tile (its first output column).
 template <class Config>
-__device__ __forceinline__ void issue_tile(uint32_t (&frag)[4][4], const uint8_t* bf16_tile,
-                                           float (&acc)[Config::kBlockN / 2]) {
-  const uint64_t desc = sw128_descriptor(bf16_tile);
+__device__ __forceinline__ void issue_tile(uint32_t (&frag)[4][4], const uint8_t* b_rows,
+                                           float (&acc)[Config::kAccumulators]) {
+  const uint64_t desc = sw128_descriptor(b_rows);
   // Every fragment and accumulator value is final before the fence: an instruction defining a
   // wgmma input after it makes ptxas serialize the wgmmas.
 #pragma unroll
@@ -484,7 +494,8 @@ __device__ __forceinline__ void issue_tile(uint32_t (&frag)[4][4], const uint8_t
   wgmma_fence();
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
-    wgmma_rs<Config::kBlockN>(frag[s], desc + uint64_t(2 * s), acc, std::make_index_sequence<Config::kBlockN / 2>{});
+    wgmma_rs<Config::kWarpgroupN>(frag[s], desc + uint64_t(2 * s), acc,
+                                  std::make_index_sequence<Config::kAccumulators>{});
   }
   wgmma_commit();
   pin_registers(acc);
@@ -609,14 +620,15 @@ __device__ __forceinline__ void produce(const SharedStorage<Config>& smem, const
 
 // The epilogue. Accumulators go through shared memory (the bf16 tiles are free once both
 // warpgroups retired their last wgmma; the ring is not, the producer may be filling it with the
-// next tile): one warpgroup's 64 rows at a time land as float2 rows, then every consumer thread
+// next tile): 64 rows at a time (one warpgroup's of a 128-row tile, or both warpgroups' column
+// halves of a 64-row tile) land as float2 rows, then every consumer thread
 // walks them as column pairs in row order, so the epilogue is one short loop (not an unrolled copy
 // per fragment register, which thrashed the instruction cache) and the stores are coalesced. Only
 // the tile's rows that its group owns are written (rows below m_end; contiguous groups: rows with
 // the group's id).
 template <class Config>
 __device__ __forceinline__ void store_tile(const SharedStorage<Config>& smem, const EngineParams& p,
-                                           const float (&acc)[Config::kBlockN / 2], const WorkTile& t,
+                                           const float (&acc)[Config::kAccumulators], const WorkTile& t,
                                            int consumer) {
   float* staging = smem.staging();
   const int warpgroup = consumer / 128, warp_row = ((consumer % 128) / 32) * 16, lane = consumer % 32;
@@ -628,13 +640,15 @@ __device__ __forceinline__ void store_tile(const SharedStorage<Config>& smem, co
   const bool plain = e.bias == nullptr && e.residual == nullptr && e.activation == Activation::None;
   constexpr int kPairsPerRow = Config::kBlockN / 2;
   constexpr int kValueExponent = Config::kValueExponentA + Config::kValueExponentB;
-  for (int half = 0; half < 2; ++half) {
+  constexpr bool kColumnHalves = Config::kBlockM == 64;
+  const int col0 = kColumnHalves ? warpgroup * Config::kWarpgroupN : 0;  // this warpgroup's first column
+  for (int half = 0; half < Config::kBlockM / 64; ++half) {
     named_barrier_sync(1, Config::kConsumerThreads);
-    if (warpgroup == half) {
+    if (kColumnHalves || warpgroup == half) {
 #pragma unroll
-      for (int i = 0; i < Config::kBlockN / 2; i += 2) {
+      for (int i = 0; i < Config::kAccumulators; i += 2) {
         const int row = warp_row + lane / 4 + 8 * ((i % 4) / 2);
-        const int col = 8 * (i / 4) + 2 * (lane % 4);
+        const int col = col0 + 8 * (i / 4) + 2 * (lane % 4);
         *reinterpret_cast<float2*>(staging + row * Config::kStagingStride + col) = make_float2(acc[i], acc[i + 1]);
       }
     }
@@ -668,11 +682,11 @@ __device__ __forceinline__ void store_tile(const SharedStorage<Config>& smem, co
 
 // Stream-K: this CTA's partial tile (its first piece of work) for the tile's owner, in its slot.
 template <class Config>
-__device__ __forceinline__ void publish_partial(const EngineParams& p, const float (&acc)[Config::kBlockN / 2],
+__device__ __forceinline__ void publish_partial(const EngineParams& p, const float (&acc)[Config::kAccumulators],
                                                 int64_t slot, int consumer) {
   float* partial = p.partials + slot * Config::kBlockM * Config::kBlockN;
 #pragma unroll
-  for (int i = 0; i < Config::kBlockN / 2; ++i) partial[i * Config::kConsumerThreads + consumer] = acc[i];
+  for (int i = 0; i < Config::kAccumulators; ++i) partial[i * Config::kConsumerThreads + consumer] = acc[i];
   __threadfence();
   named_barrier_sync(1, Config::kConsumerThreads);
   if (consumer == 0) flag_release(p.flags + slot);
@@ -680,28 +694,31 @@ __device__ __forceinline__ void publish_partial(const EngineParams& p, const flo
 
 // Stream-K: the owner adds the partials of CTAs first..last, in that order, and clears their flags.
 template <class Config>
-__device__ __forceinline__ void gather_partials(const EngineParams& p, float (&acc)[Config::kBlockN / 2],
+__device__ __forceinline__ void gather_partials(const EngineParams& p, float (&acc)[Config::kAccumulators],
                                                 int64_t first, int64_t last, int consumer) {
   for (int64_t cta = first; cta <= last; ++cta) {
     if (consumer == 0) flag_acquire_and_clear(p.flags + cta);
     named_barrier_sync(1, Config::kConsumerThreads);
     const float* partial = p.partials + cta * Config::kBlockM * Config::kBlockN;
 #pragma unroll
-    for (int i = 0; i < Config::kBlockN / 2; ++i) acc[i] += __ldcg(partial + i * Config::kConsumerThreads + consumer);
+    for (int i = 0; i < Config::kAccumulators; ++i) acc[i] += __ldcg(partial + i * Config::kConsumerThreads + consumer);
   }
 }
 
 template <class Config>
 __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const EngineParams& p) {
   const int consumer = int(threadIdx.x) - 128;  // 0..255
-  const int warp_row = (consumer / 32) * 16;    // the warp's 16 rows: warpgroup 1 rows 0..63, 2 rows 64..127
+  // The warp's 16 rows: in a 128-row tile warpgroup 1 has rows 0..63, 2 rows 64..127; in a 64-row
+  // tile both have rows 0..63, and warpgroup 2 the second half of the columns (rows of the B tile).
+  const int warp_row = ((consumer % (2 * Config::kBlockM)) / 32) * 16;
+  const int b_columns = Config::kBlockM == 64 ? (consumer / 128) * Config::kWarpgroupN * Config::kBlockK * 2 : 0;
   const int lane = consumer % 32;
   const int b_row = consumer / Config::kThreadsPerRowB;
   const int b_sub = consumer % Config::kThreadsPerRowB;
   const int64_t nkb = p.nkb;
   int b_offsets[Config::kChunksPerThread];
   b_chunk_offsets<Config>(b_row, b_sub, b_offsets);
-  float acc[Config::kBlockN / 2];
+  float acc[Config::kAccumulators];
   uint32_t frag[2][4][4];
 
   // Waits for K tile kt (ring position r), decodes it (A into registers, B into its bf16 tile),
@@ -731,7 +748,7 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
     }
   };
   const auto b_tile = [&](const RingPosition<Config>& r) -> const uint8_t* {
-    return Config::kPackedB ? smem.bf16_tile(r.bf16_tile) : smem.b(r.stage);
+    return (Config::kPackedB ? smem.bf16_tile(r.bf16_tile) : smem.b(r.stage)) + b_columns;
   };
   // Frees a stage once this warp's wgmmas reading it retired (stages read by wgmma).
   const auto release = [&](int stage) {
@@ -742,12 +759,13 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
   EngineScheduler<Config> scheduler(p.schedule);
   RingPosition<Config> ring;  // of the next K tile to wait for
   for (WorkTile t; scheduler.next(t);) {
-    // A dense tile starts on a scale tile (a compile-time 0 keeps the decode's addressing as it was).
+    // A dense tile starts on a scale tile (a compile-time 0 keeps the decode's addressing as it was),
+    // a dense 64-row one on row 0 or 64 of one.
     constexpr bool kDense = Config::kGrouping == Grouping::Dense;
-    const int sf_a = kDense ? 0 : a_scale_rows<Config>(t, p).row0;
+    const int sf_a = kDense && Config::kBlockM == 128 ? 0 : a_scale_rows<Config>(t, p).row0;
     const int sf_b = kDense ? 0 : b_scale_rows<Config>(t, p).row0;
 #pragma unroll
-    for (int i = 0; i < Config::kBlockN / 2; ++i) acc[i] = 0.0f;
+    for (int i = 0; i < Config::kAccumulators; ++i) acc[i] = 0.0f;
     if constexpr (Config::kSharedA) {
       // Both operands in shared memory: one batch of wgmmas stays in flight while the next is
       // issued, and a stage is freed once the batch reading it retired.
