@@ -92,9 +92,10 @@ class GemmCall(NamedTuple):
     def op_arguments(self) -> tuple:
         """The `gemm` op's arguments: the tensors, `kind`, alpha_scale and `knobs` (the module docstring).
         ValueError for a field the op cannot take (an unknown name, an integer out of its range)."""
-        return _op_arguments(
-            self.codes(), self.a, self.b, self.sfa, self.sfb, self.group_index, self.alpha, self.alpha_scale,
-            self.bias, self.residual, self.out, self.out_scales,
+        kind, knobs = self.codes()
+        return (
+            self.a, self.b, self.sfa, self.sfb, self.group_index, self.alpha, self.bias, self.residual, self.out,
+            self.out_scales, kind, self.alpha_scale, knobs,
         )  # fmt: skip
 
     def codes(self) -> tuple[int, int]:
@@ -154,42 +155,13 @@ _KNOB_CODES: dict[tuple, int] = {}
 _MAX_CODES = 4096
 
 
-def _op_arguments(
-    codes: tuple[int, int],
-    a: Tensor,
-    b: Tensor,
-    sfa: OptTensor,
-    sfb: Tensor,
-    group_index: OptTensor,
-    alpha: OptTensor,
-    alpha_scale: float,
-    bias: OptTensor,
-    residual: OptTensor,
-    out: Tensor,
-    out_scales: OptTensor,
-) -> tuple:
-    """The `gemm` op's arguments in schema order (torch_binding.cpp's kGemmArgs)."""
-    kind, knobs = codes
-    return a, b, sfa, sfb, group_index, alpha, bias, residual, out, out_scales, kind, alpha_scale, knobs
-
-
-def launch(
-    codes: tuple[int, int],
-    a: Tensor,
-    b: Tensor,
-    sfa: OptTensor,
-    sfb: Tensor,
-    group_index: OptTensor,
-    alpha: OptTensor,
-    alpha_scale: float,
-    bias: OptTensor,
-    residual: OptTensor,
-    out: Tensor,
-    out_scales: OptTensor,
-) -> None:
+def launch(codes: tuple[int, int], tensors: tuple[OptTensor, ...], alpha_scale: float) -> None:
     """GemmCall(...).run() of a call with rows of A and of B whose `codes()` the caller remembered with
-    its validated metadata (the public functions' hot path: no GemmCall built per call)."""
-    _GEMM(*_op_arguments(codes, a, b, sfa, sfb, group_index, alpha, alpha_scale, bias, residual, out, out_scales))
+    its validated metadata (the public functions' hot path: no GemmCall built per call). `tensors`: the
+    op's ten tensor arguments in schema order (a, b, sfa, sfb, group_index, alpha, bias, residual, out,
+    out_scales), as op_arguments gives them."""
+    kind, knobs = codes
+    _GEMM(*tensors, kind, alpha_scale, knobs)
 
 
 def _remember(codes: dict[tuple, int], fields: tuple, code: int) -> None:

@@ -72,7 +72,7 @@ def _halops_gemm(
     )  # fmt: skip
     _validate.halops_gemm_data(grouping, groups, input, weight, sfa, sfb, output, bias, alpha, group_index, group_rows)
     if codes is not None:
-        launch(codes, input, weight, sfa, sfb, group_index, alpha, 1.0, bias, None, output, None)
+        launch(codes, (input, weight, sfa, sfb, group_index, alpha, bias, None, output, None), 1.0)
 
 
 def _remembered(*parts: object) -> tuple[int, tuple[int, int] | None]:

@@ -198,7 +198,7 @@ def _nvfp4_gemm(
         then(m, n_out)
     if out is None:
         out, out_scales = gemm_outputs(m, n_out, kind.out_format, a.device)
-    launch(codes, a, b, sfa, sfb, None, None, alpha, bias, residual, out, out_scales)
+    launch(codes, (a, b, sfa, sfb, None, None, bias, residual, out, out_scales), alpha)
     return out if out_scales is None else (out, out_scales)
 
 
