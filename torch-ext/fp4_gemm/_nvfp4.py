@@ -158,6 +158,7 @@ class _Kind(NamedTuple):
         residual: OptTensor,
         out: OptTensor,
         out_scales: OptTensor,
+        workspace: OptTensor,
         tier_rules: Callable[[object, object, object, object], None] | None,
         warps: int,
         stages: int,
@@ -166,6 +167,8 @@ class _Kind(NamedTuple):
         m, n_out, _ = _validate.nvfp4_gemm_rules(
             a, b, sfa, sfb, bias, residual, self.activation, self.out_format, out, out_scales, tier_rules, warps, stages
         )  # fmt: skip
+        if self.schedule == "m256":
+            _validate.m256_rules(a, workspace, _m256_workspace_bytes(m, n_out))
         call = GemmCall(
             a, b, sfa, sfb, self.a_format, self.b_format, self.b_interleaved, activation=self.activation,
             out_format=self.out_format, schedule=self.schedule, variant=variant, warps=warps, stages=stages,
@@ -185,17 +188,19 @@ def _nvfp4_gemm(
     residual: OptTensor = None,
     out: OptTensor = None,
     out_scales: OptTensor = None,
+    workspace: OptTensor = None,
     tier: tuple = (None, 0, 0),
-    then: Callable[[int, int], None] | None = None,
     variant: int = -1,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Every flashrt-style GEMM: validated, its output allocated unless given, one GemmCall run.
-    `tier`: a decode tier's rules and knobs, (_validate.mrows, gemv or gemv_standard, warps, stages);
-    `then`: rules on (M, N_out) checked after the GEMM's."""
-    m, n_out, codes = _validate.checked(kind, a, b, sfa, sfb, bias, residual, out, out_scales, *tier, variant)
+    `workspace`: the M >= 512 tier's (its kind's schedule "m256"); `tier`: a decode tier's rules and
+    knobs, (_validate.mrows, gemv or gemv_standard, warps, stages)."""
+    m, n_out, codes = _validate.checked(
+        kind, a, b, sfa, sfb, bias, residual, out, out_scales, workspace, *tier, variant
+    )
     alpha = _validate.nvfp4_gemm_buffers(alpha, a, b, sfa, sfb, bias, residual, out, out_scales)
-    if then is not None:
-        then(m, n_out)
+    if workspace is not None:
+        _validate.m256_buffers(workspace, (a, b, sfa, sfb, out))
     if out is None:
         out, out_scales = gemm_outputs(m, n_out, kind.out_format, a.device)
     launch(codes, (a, b, sfa, sfb, None, None, bias, residual, out, out_scales), alpha)
@@ -565,11 +570,7 @@ def nvfp4_gemm_m256_bf16(
 ) -> Tensor:
     """Large-M tier (M >= 512) of nvfp4_gemm_bf16 with a caller-owned workspace of at least
     nvfp4_gemm_m256_workspace_size(...) bytes; pass the same workspace on every graph replay."""
-
-    def workspace_rules(m: int, n: int) -> None:
-        _validate.m256(a_packed, workspace, _m256_workspace_bytes(m, n), (a_packed, b_packed, sfa, sfb, out))
-
-    return _nvfp4_gemm(_M256, a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, then=workspace_rules)
+    return _nvfp4_gemm(_M256, a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, workspace=workspace)
 
 
 # ---- PDL twins and the standard-layout GEMV (flashrt HEAD) -------------------------------------

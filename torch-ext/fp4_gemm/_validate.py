@@ -567,13 +567,15 @@ def _repack(b: object, out: object) -> None:
     same_device(b_packed=b, out=out)
 
 
-def m256(a: torch.Tensor, workspace: object, required: int, operands: tuple) -> None:
-    """The M >= 512 tier: its caller workspace; `operands` = (a, b, sfa, sfb, out), which it may not overlap."""
-    checked(_m256, a, workspace, required)
+def m256_buffers(workspace: torch.Tensor, operands: tuple) -> None:
+    """The M >= 512 tier's per-call rule (after m256_rules): its workspace shares no memory with
+    `operands` = (a, b, sfa, sfb, out)."""
     disjoint((workspace,), operands, ("workspace", "a_packed", "b_packed", "sfa", "sfb", "out"))
 
 
-def _m256(a: torch.Tensor, workspace: object, required: int) -> None:
+def m256_rules(a: torch.Tensor, workspace: object, required: int) -> None:
+    """The M >= 512 tier's metadata rules (inside the GEMM's verdict): M, and a caller workspace of at
+    least `required` bytes."""
     m = a.shape[0]
     if m < M256_MIN_M:
         fail(f"nvfp4_gemm_m256_bf16 needs M >= {M256_MIN_M}, got M={m}")
