@@ -667,8 +667,20 @@ def nvfp4_w4a16_marlin_bf16(
 ) -> Tensor:
     """out = x @ dequant(W)^T * global_scale, bfloat16 [M, N], for bf16 x [M, K] (any M >= 1) and the
     operands of adopt_nvfp4_w4a16_marlin. Allocates nothing when `out` is given; CUDA-graph safe."""
-    _validate.w4a16_gemm(x, weight, scale, global_scale, workspace, out)
+    codes = _validate.checked(_w4a16_remembered, x, weight, scale, global_scale, workspace, out)
+    _validate.w4a16_gemm_buffers(x, weight, scale, global_scale, workspace, out)
     if out is None:
         out = torch.empty(x.shape[0], weight.shape[0], dtype=torch.bfloat16, device=x.device)
-    GemmCall(x, weight, None, scale, "bf16", "nvfp4", alpha=global_scale, out=out).run()
+    if codes is not None:
+        launch(codes, (x, weight, None, scale, None, global_scale, None, None, out, None), 1.0)
     return out
+
+
+def _w4a16_remembered(
+    x: Tensor, weight: Tensor, scale: Tensor, global_scale: Tensor, workspace: Tensor, out: OptTensor
+) -> tuple[int, int] | None:
+    """What nvfp4_w4a16_marlin_bf16 remembers for its metadata (_validate.checked): its GemmCall's
+    packed fields, None for a weight without rows (nothing to launch, as GemmCall.run)."""
+    _validate.w4a16_gemm_rules(x, weight, scale, global_scale, workspace, out)
+    call = GemmCall(x, weight, None, scale, "bf16", "nvfp4", alpha=global_scale)
+    return None if weight.numel() == 0 else call.codes()

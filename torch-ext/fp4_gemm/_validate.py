@@ -628,13 +628,18 @@ def adopt_w4a16(weight_packed: object, weight_scale: object, weight_scale_2: obj
     return n, k
 
 
-def w4a16_gemm(x: object, weight: object, scale: object, global_scale: object, workspace: object, out: object) -> None:
-    """nvfp4_w4a16_marlin_bf16: bf16 x [M, K], the adopted weight, its scales and global scale."""
-    checked(_w4a16_gemm, x, weight, scale, global_scale, workspace, out)
+def w4a16_gemm_buffers(
+    x: object, weight: object, scale: object, global_scale: object, workspace: object, out: object
+) -> None:
+    """nvfp4_w4a16_marlin_bf16's per-call rule (after w4a16_gemm_rules): out shares no memory with the inputs."""
     disjoint((out,), (x, weight, scale, global_scale, workspace), _W4A16_NAMES)
 
 
-def _w4a16_gemm(x: object, weight: object, scale: object, global_scale: object, workspace: object, out: object) -> None:
+def w4a16_gemm_rules(
+    x: object, weight: object, scale: object, global_scale: object, workspace: object, out: object
+) -> None:
+    """nvfp4_w4a16_marlin_bf16's metadata rules (run through `checked`): bf16 x [M, K], the adopted
+    weight, its scales and global scale, the workspace, a caller out."""
     tensor("x", x, dtypes=(torch.bfloat16,), ndim=2)
     tensor("weight", weight, dtypes=(torch.uint8,), ndim=2)
     m, k, n = x.shape[0], x.shape[1], weight.shape[0]
