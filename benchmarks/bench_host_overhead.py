@@ -125,6 +125,8 @@ def gemm_calls(fp4, device: str) -> dict[str, Callable[[], object]]:
     big = torch.randn(512, K, device=device, dtype=bf16)
     am, sfam = fp4.quantize_fp4_sfa_bf16(big)
     workspace = torch.zeros(fp4.nvfp4_gemm_m256_workspace_size(am, b, sfam, sfb), device=device, dtype=u8)
+    block_scales = torch.ones(N, K // 16, device=device).to(torch.float8_e4m3fn)  # ModelOpt's plain UE4M3 scales
+    w4a16 = fp4.adopt_nvfp4_w4a16_marlin(b, block_scales, torch.ones(1, device=device))
     out, out16, out1 = (torch.empty(rows, N, device=device, dtype=t) for rows, t in ((M, bf16), (M, fp16), (1, bf16)))
     out_m = torch.empty(512, N, device=device, dtype=bf16)
     packed, scales = torch.empty(M, N // 2, device=device, dtype=u8), torch.empty(512, device=device, dtype=u8)
@@ -162,7 +164,9 @@ def gemm_calls(fp4, device: str) -> dict[str, Callable[[], object]]:
         "fp4_w4a4_gemv_warpsplit_interleaved_bf16": lambda: fp4.fp4_w4a4_gemv_warpsplit_interleaved_bf16(
             a1, bi, sfa1, sfb, out=out1
         ),
+        "fp4_w4a4_gemv_warpsplit_bf16": lambda: fp4.fp4_w4a4_gemv_warpsplit_bf16(a1, b, sfa1, sfb, out=out1),
         "fp4_w4a4_gemm_warpsplit_mrows_bf16": lambda: fp4.fp4_w4a4_gemm_warpsplit_mrows_bf16(*ops, out=out),
+        "nvfp4_w4a16_marlin_bf16": lambda: fp4.nvfp4_w4a16_marlin_bf16(x, *w4a16[:3], workspace=w4a16[3], out=out),
         "nvfp4_gemm_m256_bf16": lambda: fp4.nvfp4_gemm_m256_bf16(am, b, sfam, sfb, workspace=workspace, out=out_m),
     }
     calls.update(halops_calls(fp4, device))

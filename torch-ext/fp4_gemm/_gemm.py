@@ -3,9 +3,12 @@
 `GemmCall` is the Python side of csrc/gemm/problem.h's GemmProblem (the binding's describe_gemm turns
 one into the other): the operands and their formats, the grouping, the epilogue (alpha, bias,
 residual, activation, output encoding) and how it runs (schedule, variant, sm_count, warps, stages,
-pdl), which never changes what it computes. Every public GEMM function validates its arguments,
-builds one GemmCall and runs it; capabilities() asks the backends about the calls they build
-(`GemmCall.backends`), and tests describe a kind of problem with `described_call`.
+pdl), which never changes what it computes. Every public GEMM function validates its arguments
+and runs one GemmCall; capabilities() asks the backends about the calls they build
+(`GemmCall.backends`), and tests describe a kind of problem with `described_call`. The public
+functions build their GemmCall once per distinct metadata (with the validation verdict,
+_validate.checked) and remember its packed fields (`GemmCall.codes`); later calls of that kind
+`launch` the op with them on their own tensors, building nothing.
 
 The op takes the call's tensors, alpha_scale and two packed integers, `kind` (formats, layout,
 grouping, activation, output format) and `knobs` (schedule, variant, sm_count, warps, stages, pdl):
@@ -89,20 +92,29 @@ class GemmCall(NamedTuple):
     def op_arguments(self) -> tuple:
         """The `gemm` op's arguments: the tensors, `kind`, alpha_scale and `knobs` (the module docstring).
         ValueError for a field the op cannot take (an unknown name, an integer out of its range)."""
-        (a, b, sfa, sfb, a_format, b_format, b_interleaved, grouping, group_index, group_rows, alpha, alpha_scale,
-         bias, residual, activation, out, out_scales, out_format, schedule, variant, sm_count, warps, stages,
-         pdl) = self  # fmt: skip
-        kind_fields = (a_format, b_format, b_interleaved, grouping, group_rows, activation, out_format)
+        kind, knobs = self.codes()
+        return (
+            self.a, self.b, self.sfa, self.sfb, self.group_index, self.alpha, self.bias, self.residual, self.out,
+            self.out_scales, kind, self.alpha_scale, knobs,
+        )  # fmt: skip
+
+    def codes(self) -> tuple[int, int]:
+        """The op's packed `kind` and `knobs` integers of this call: they depend on its fields other than
+        the tensors only, so a caller may remember them for calls of the same kind (`launch`)."""
+        kind_fields = (
+            self.a_format, self.b_format, self.b_interleaved, self.grouping, self.group_rows, self.activation,
+            self.out_format,
+        )  # fmt: skip
         kind = _KIND_CODES.get(kind_fields)
         if kind is None:
             kind = _pack("kind", dict(zip(_KIND_NAMES, kind_fields, strict=True)))
             _remember(_KIND_CODES, kind_fields, kind)
-        knob_fields = (schedule, variant, sm_count, warps, stages, pdl)
+        knob_fields = (self.schedule, self.variant, self.sm_count, self.warps, self.stages, self.pdl)
         knobs = _KNOB_CODES.get(knob_fields)
         if knobs is None:
             knobs = _pack("knobs", dict(zip(_KNOB_NAMES, knob_fields, strict=True)))
             _remember(_KNOB_CODES, knob_fields, knobs)
-        return a, b, sfa, sfb, group_index, alpha, bias, residual, out, out_scales, kind, alpha_scale, knobs
+        return kind, knobs
 
     @classmethod
     def from_op_arguments(
@@ -141,6 +153,15 @@ _NAMES = {field: {code: name for name, code in codes.items()} for field, codes i
 _KIND_CODES: dict[tuple, int] = {}
 _KNOB_CODES: dict[tuple, int] = {}
 _MAX_CODES = 4096
+
+
+def launch(codes: tuple[int, int], tensors: tuple[OptTensor, ...], alpha_scale: float) -> None:
+    """GemmCall(...).run() of a call with rows of A and of B whose `codes()` the caller remembered with
+    its validated metadata (the public functions' hot path: no GemmCall built per call). `tensors`: the
+    op's ten tensor arguments in schema order (a, b, sfa, sfb, group_index, alpha, bias, residual, out,
+    out_scales), as op_arguments gives them."""
+    kind, knobs = codes
+    _GEMM(*tensors, kind, alpha_scale, knobs)
 
 
 def _remember(codes: dict[tuple, int], fields: tuple, code: int) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from . import _validate, reference
-from ._gemm import GemmCall
+from ._gemm import GemmCall, launch
 from ._ops import ops
 
 
@@ -66,13 +66,27 @@ def _halops_gemm(
     group_rows: int = 0,
     use_pdl: bool = True,
 ) -> None:
-    a_format, b_format, group_rows = _validate.halops_gemm(
-        grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, group_index, group_rows, use_pdl
-    )  # a_format: "bf16" in the w4a16 modes, whose activations are used as they are
-    GemmCall(
+    groups, codes = _validate.checked(
+        _remembered, grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, group_index, group_rows,
+        use_pdl,
+    )  # fmt: skip
+    _validate.halops_gemm_data(grouping, groups, input, weight, sfa, sfb, output, bias, alpha, group_index, group_rows)
+    if codes is not None:
+        launch(codes, (input, weight, sfa, sfb, group_index, alpha, bias, None, output, None), 1.0)
+
+
+def _remembered(*parts: object) -> tuple[int, tuple[int, int] | None]:
+    """What a halops GEMM remembers for its metadata (_validate.checked, on _halops_gemm's arguments):
+    the number of weight matrices and the op's packed fields of its GemmCall (GemmCall.codes), None
+    for a call without rows of A or of B, which launches nothing (GemmCall.run)."""
+    grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, group_index, max_m, use_pdl = parts
+    a_format, b_format, groups, group_rows = _validate.halops_gemm_rules(*parts)
+    call = GemmCall(
         input, weight, sfa, sfb, a_format, b_format, grouping=grouping, group_index=group_index,
         group_rows=group_rows, alpha=alpha, bias=bias, out=output, sm_count=sm_count, pdl=use_pdl,
-    ).run()  # fmt: skip
+    )  # fmt: skip
+    empty = input.numel() == 0 or weight.numel() == 0
+    return groups, None if empty else call.codes()
 
 
 def dense_gemm(

@@ -18,11 +18,12 @@ Conventions shared by every function here (docs/API.md has the full table):
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
 from . import _validate, reference
-from ._gemm import GemmCall, gemm_outputs, packed_outputs
+from ._gemm import GemmCall, gemm_outputs, launch, packed_outputs
 from ._ops import ops
 
 Tensor = torch.Tensor
@@ -134,7 +135,49 @@ def dequantize_fp4_sfa_fp16(packed: Tensor, sfa: Tensor, out: OptTensor = None, 
 # ---- GEMMs ------------------------------------------------------------------------------------
 
 
+class _Kind(NamedTuple):
+    """What the name of a flashrt-style GEMM fixes: its GemmCall fields other than the tensors, alpha
+    and the knobs. Called through _validate.checked on a call's metadata (the kind is then one part of
+    the key, not six): the rules' M and N_out, and the op's packed fields of the call's GemmCall
+    (GemmCall.codes), which the call remembers."""
+
+    activation: str = "none"
+    out_format: str = "bf16"
+    a_format: str = "nvfp4"
+    b_format: str = "nvfp4"
+    b_interleaved: bool = False
+    schedule: str = "auto"
+
+    def __call__(
+        self,
+        a: Tensor,
+        b: Tensor,
+        sfa: Tensor,
+        sfb: Tensor,
+        bias: OptTensor,
+        residual: OptTensor,
+        out: OptTensor,
+        out_scales: OptTensor,
+        workspace: OptTensor,
+        tier_rules: Callable[[object, object, object, object], None] | None,
+        warps: int,
+        stages: int,
+        variant: int,
+    ) -> tuple[int, int, tuple[int, int]]:
+        m, n_out, _ = _validate.nvfp4_gemm_rules(
+            a, b, sfa, sfb, bias, residual, self.activation, self.out_format, out, out_scales, tier_rules, warps, stages
+        )  # fmt: skip
+        if self.schedule == "m256":
+            _validate.m256_rules(a, workspace, _m256_workspace_bytes(m, n_out))
+        call = GemmCall(
+            a, b, sfa, sfb, self.a_format, self.b_format, self.b_interleaved, activation=self.activation,
+            out_format=self.out_format, schedule=self.schedule, variant=variant, warps=warps, stages=stages,
+        )  # fmt: skip
+        return m, n_out, call.codes()
+
+
 def _nvfp4_gemm(
+    kind: _Kind,
     a: Tensor,
     b: Tensor,
     sfa: Tensor,
@@ -143,32 +186,40 @@ def _nvfp4_gemm(
     alpha: float,
     bias: OptTensor = None,
     residual: OptTensor = None,
-    activation: str = "none",
-    out_format: str = "bf16",
     out: OptTensor = None,
     out_scales: OptTensor = None,
-    tier: tuple | None = None,
-    then: Callable[[int, int], None] | None = None,
-    **fields: object,
+    workspace: OptTensor = None,
+    tier: tuple = (None, 0, 0),
+    variant: int = -1,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Every flashrt-style GEMM: validated, its output allocated unless given, one GemmCall run.
-    `tier`: a decode tier's rules and knobs, (_validate.mrows, gemv or gemv_standard, warps, stages);
-    `then`: rules on (M, N_out) checked after the GEMM's; `fields`: the call's other GemmCall fields
-    (formats, layout, schedule)."""
-    m, n_out, alpha = _validate.nvfp4_gemm(
-        a, b, sfa, sfb, alpha, bias, residual, activation, out_format, out, out_scales, tier
-    )  # fmt: skip
-    if then is not None:
-        then(m, n_out)
-    if tier is not None:
-        fields |= {"warps": tier[1], "stages": tier[2]}
+    `workspace`: the M >= 512 tier's (its kind's schedule "m256"); `tier`: a decode tier's rules and
+    knobs, (_validate.mrows, gemv or gemv_standard, warps, stages)."""
+    m, n_out, codes = _validate.checked(
+        kind, a, b, sfa, sfb, bias, residual, out, out_scales, workspace, *tier, variant
+    )
+    alpha = _validate.nvfp4_gemm_buffers(alpha, a, b, sfa, sfb, bias, residual, out, out_scales)
+    if workspace is not None:
+        _validate.m256_buffers(workspace, (a, b, sfa, sfb, out))
     if out is None:
-        out, out_scales = gemm_outputs(m, n_out, out_format, a.device)
-    GemmCall(
-        a, b, sfa, sfb, alpha_scale=alpha, bias=bias, residual=residual, activation=activation, out=out,
-        out_scales=out_scales, out_format=out_format, **fields,
-    ).run()  # fmt: skip
+        out, out_scales = gemm_outputs(m, n_out, kind.out_format, a.device)
+    launch(codes, (a, b, sfa, sfb, None, None, bias, residual, out, out_scales), alpha)
     return out if out_scales is None else (out, out_scales)
+
+
+# The kinds of the functions below.
+_BF16 = _Kind()
+_FP16 = _Kind(out_format="fp16")
+_STREAMK = _Kind(schedule="streamk")
+_GELU = _Kind(activation="gelu")
+_NVFP4 = _Kind(out_format="nvfp4")
+_RELU2_NVFP4 = _Kind(activation="relu2", out_format="nvfp4")
+_GELU_NVFP4 = _Kind(activation="gelu", out_format="nvfp4")
+_GELU_NVFP4_FROM_FP16 = _Kind(activation="gelu", out_format="nvfp4_from_fp16")
+_GEGLU_NVFP4_FROM_FP16 = _Kind(activation="geglu", out_format="nvfp4_from_fp16")
+_E0M3 = {a_format: _Kind(out_format="fp16", a_format=a_format, b_format="e0m3") for a_format in ("nvfp4", "e0m3")}
+_INTERLEAVED = _Kind(b_interleaved=True)
+_M256 = _Kind(schedule="m256")
 
 
 def nvfp4_gemm_bf16(
@@ -182,7 +233,7 @@ def nvfp4_gemm_bf16(
 ) -> Tensor:
     """out = alpha * A @ B^T, bfloat16 [M, N]."""
     chosen = _validate.variant(variant)
-    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, variant=chosen)
+    return _nvfp4_gemm(_BF16, a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, variant=chosen)
 
 
 def nvfp4_gemm_fp16(
@@ -196,7 +247,7 @@ def nvfp4_gemm_fp16(
 ) -> Tensor:
     """out = alpha * A @ B^T, float16 [M, N]."""
     chosen = _validate.variant(variant)
-    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, out_format="fp16", variant=chosen)
+    return _nvfp4_gemm(_FP16, a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, variant=chosen)
 
 
 def nvfp4_gemm_variant_bf16(
@@ -211,7 +262,7 @@ def nvfp4_gemm_variant_bf16(
     """nvfp4_gemm_bf16 on an explicit schedule: variant is one of capabilities()['variants'] other than -1,
     or a flashrt schedule id (7, 10: hints that run the automatic choice)."""
     chosen = _validate.variant(variant, allow_auto=False)
-    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, variant=chosen)
+    return _nvfp4_gemm(_BF16, a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, variant=chosen)
 
 
 def fp4_w4a16_linear_bf16(
@@ -231,7 +282,7 @@ def nvfp4_gemm_streamk_bf16(
     a_packed: Tensor, b_packed: Tensor, sfa: Tensor, sfb: Tensor, alpha: float = 1.0, out: OptTensor = None
 ) -> Tensor:
     """nvfp4_gemm_bf16 on a stream-K schedule (same result)."""
-    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, schedule="streamk")
+    return _nvfp4_gemm(_STREAMK, a_packed, b_packed, sfa, sfb, alpha=alpha, out=out)
 
 
 def nvfp4_gemm_streamk_bias_bf16(
@@ -245,7 +296,7 @@ def nvfp4_gemm_streamk_bias_bf16(
 ) -> Tensor:
     """out = alpha * A @ B^T + bias on a stream-K schedule; bias [N] bf16/fp16/fp32."""
     _validate.required(bias=bias)
-    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out, schedule="streamk")
+    return _nvfp4_gemm(_STREAMK, a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out)
 
 
 def nvfp4_gemm_bias_bf16(
@@ -260,7 +311,7 @@ def nvfp4_gemm_bias_bf16(
 ) -> Tensor:
     """out = alpha * A @ B^T + bias, bfloat16 [M, N]; bias [N] bf16/fp16/fp32."""
     _validate.required(bias=bias)
-    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out)
+    return _nvfp4_gemm(_BF16, a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out)
 
 
 def nvfp4_gemm_residual_bf16(
@@ -274,7 +325,7 @@ def nvfp4_gemm_residual_bf16(
 ) -> Tensor:
     """out = alpha * A @ B^T + residual; residual bfloat16 [M, N]."""
     _validate.required(residual=residual)
-    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, residual=residual, out=out)
+    return _nvfp4_gemm(_BF16, a_packed, b_packed, sfa, sfb, alpha=alpha, residual=residual, out=out)
 
 
 def nvfp4_gemm_bias_residual_bf16(
@@ -290,7 +341,7 @@ def nvfp4_gemm_bias_residual_bf16(
 ) -> Tensor:
     """out = alpha * A @ B^T + bias + residual, bfloat16 [M, N]."""
     _validate.required(bias=bias, residual=residual)
-    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, residual=residual, out=out)
+    return _nvfp4_gemm(_BF16, a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, residual=residual, out=out)
 
 
 def nvfp4_gemm_bias_residual_fp16(
@@ -306,9 +357,7 @@ def nvfp4_gemm_bias_residual_fp16(
 ) -> Tensor:
     """out = alpha * A @ B^T + bias + residual, float16 [M, N]; residual float16 [M, N]."""
     _validate.required(bias=bias, residual=residual)
-    return _nvfp4_gemm(
-        a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, residual=residual, out=out, out_format="fp16"
-    )
+    return _nvfp4_gemm(_FP16, a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, residual=residual, out=out)
 
 
 def nvfp4_gemm_bias_gelu_bf16(
@@ -322,7 +371,7 @@ def nvfp4_gemm_bias_gelu_bf16(
 ) -> Tensor:
     """out = gelu(alpha * A @ B^T + bias) (exact erf GELU), bfloat16 [M, N]."""
     _validate.required(bias=bias)
-    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, activation="gelu", out=out)
+    return _nvfp4_gemm(_GELU, a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out)
 
 
 def nvfp4_gemm_nvfp4(
@@ -336,9 +385,7 @@ def nvfp4_gemm_nvfp4(
     out_sfa: OptTensor = None,
 ) -> tuple[Tensor, Tensor]:
     """NVFP4 of alpha * A @ B^T (float32 result quantized): (packed [M, N/2], scales); N % 16 == 0."""
-    return _nvfp4_gemm(
-        a_packed, b_packed, sfa, sfb, alpha=alpha, out_format="nvfp4", out=out_packed, out_scales=out_sfa
-    )
+    return _nvfp4_gemm(_NVFP4, a_packed, b_packed, sfa, sfb, alpha=alpha, out=out_packed, out_scales=out_sfa)
 
 
 def nvfp4_gemm_relu2_nvfp4(
@@ -352,17 +399,7 @@ def nvfp4_gemm_relu2_nvfp4(
     out_sfa: OptTensor = None,
 ) -> tuple[Tensor, Tensor]:
     """NVFP4 of relu(alpha * A @ B^T)^2."""
-    return _nvfp4_gemm(
-        a_packed,
-        b_packed,
-        sfa,
-        sfb,
-        alpha=alpha,
-        activation="relu2",
-        out_format="nvfp4",
-        out=out_packed,
-        out_scales=out_sfa,
-    )
+    return _nvfp4_gemm(_RELU2_NVFP4, a_packed, b_packed, sfa, sfb, alpha=alpha, out=out_packed, out_scales=out_sfa)
 
 
 def nvfp4_gemm_bias_gelu_nvfp4(
@@ -378,9 +415,8 @@ def nvfp4_gemm_bias_gelu_nvfp4(
     """NVFP4 of gelu(alpha * A @ B^T + bias) (float32 result quantized)."""
     _validate.required(bias=bias)
     return _nvfp4_gemm(
-        a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, activation="gelu", out_format="nvfp4",
-        out=out_packed, out_scales=out_sfa,
-    )  # fmt: skip
+        _GELU_NVFP4, a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out_packed, out_scales=out_sfa
+    )
 
 
 def nvfp4_gemm_bias_gelu_nvfp4_fp16(
@@ -397,9 +433,8 @@ def nvfp4_gemm_bias_gelu_nvfp4_fp16(
     """NVFP4 of gelu(alpha * A @ B^T + bias) rounded to fp16 first; bias [N] (fp16 in the seed API)."""
     _validate.required(bias=bias)
     return _nvfp4_gemm(
-        a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, activation="gelu", out_format="nvfp4_from_fp16",
-        out=out_packed, out_scales=out_sfa,
-    )  # fmt: skip
+        _GELU_NVFP4_FROM_FP16, a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out_packed, out_scales=out_sfa
+    )
 
 
 def nvfp4_gemm_geglu_nvfp4_fp16(
@@ -419,8 +454,8 @@ def nvfp4_gemm_geglu_nvfp4_fp16(
     sfa_size_bytes(M, N/2)). `skinny` (the seed API's schedule choice) and `scratch` are accepted and
     have no effect: the staged backend serves GeGLU at every M."""
     return _nvfp4_gemm(
-        a_packed, b_interleaved_packed, sfa, sfb, alpha=alpha, activation="geglu", out_format="nvfp4_from_fp16",
-        out=out_packed, out_scales=out_sfa,
+        _GEGLU_NVFP4_FROM_FP16, a_packed, b_interleaved_packed, sfa, sfb, alpha=alpha, out=out_packed,
+        out_scales=out_sfa,
     )  # fmt: skip
 
 
@@ -462,9 +497,7 @@ def e0m3_weight_gemm_fp16(
     """out = alpha * A @ B^T, float16 [M, N], with E0M3 weights B (quantize_e0m3_sfa_fp16) and
     activations A in E2M1 (a_format=1, NVFP4) or E0M3 (a_format=0)."""
     a_fmt = _validate.e0m3_a_format(a_format)
-    return _nvfp4_gemm(
-        a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, out_format="fp16", a_format=a_fmt, b_format="e0m3"
-    )
+    return _nvfp4_gemm(_E0M3[a_fmt], a_packed, b_packed, sfa, sfb, alpha=alpha, out=out)
 
 
 # ---- decode and large-M tiers -----------------------------------------------------------------
@@ -494,9 +527,8 @@ def fp4_w4a4_gemv_warpsplit_interleaved_bf16(
     """M = 1 decode GEMV over a repacked weight: out = alpha * a @ B^T, bfloat16 [1, N]; sfb is the
     original weight's scales. warps in {2, 4, 8}, stages in [1, 8]."""
     return _nvfp4_gemm(
-        a_packed, b_interleaved, sfa, sfb, alpha=alpha, out=out, tier=(_validate.gemv, warps, stages),
-        b_interleaved=True,
-    )  # fmt: skip
+        _INTERLEAVED, a_packed, b_interleaved, sfa, sfb, alpha=alpha, out=out, tier=(_validate.gemv, warps, stages)
+    )
 
 
 def fp4_w4a4_gemm_warpsplit_mrows_bf16(
@@ -512,7 +544,7 @@ def fp4_w4a4_gemm_warpsplit_mrows_bf16(
 ) -> Tensor:
     """Speculative-verify tier on the standard layout: 1 <= M <= 16, N % 8 == 0, K % (64 * warps) == 0,
     warps in {2, 4, 8}. out = alpha * A @ B^T, bfloat16 [M, N]."""
-    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, tier=(_validate.mrows, warps, stages))
+    return _nvfp4_gemm(_BF16, a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, tier=(_validate.mrows, warps, stages))
 
 
 def nvfp4_gemm_m256_workspace_size(a_packed: Tensor, b_packed: Tensor, sfa: Tensor, sfb: Tensor) -> int:
@@ -538,11 +570,7 @@ def nvfp4_gemm_m256_bf16(
 ) -> Tensor:
     """Large-M tier (M >= 512) of nvfp4_gemm_bf16 with a caller-owned workspace of at least
     nvfp4_gemm_m256_workspace_size(...) bytes; pass the same workspace on every graph replay."""
-
-    def workspace_rules(m: int, n: int) -> None:
-        _validate.m256(a_packed, workspace, _m256_workspace_bytes(m, n), (a_packed, b_packed, sfa, sfb, out))
-
-    return _nvfp4_gemm(a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, then=workspace_rules, schedule="m256")
+    return _nvfp4_gemm(_M256, a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, workspace=workspace)
 
 
 # ---- PDL twins and the standard-layout GEMV (flashrt HEAD) -------------------------------------
@@ -588,7 +616,7 @@ def fp4_w4a4_gemv_warpsplit_bf16(
     bfloat16 [1, N]. warps in {2, 4, 8}, stages in [1, 8]. The K split is reduced inside a cluster of
     CTAs (no cross-call scratch): graph-replay safe."""
     return _nvfp4_gemm(
-        a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, tier=(_validate.gemv_standard, warps, stages)
+        _BF16, a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, tier=(_validate.gemv_standard, warps, stages)
     )
 
 
@@ -639,8 +667,20 @@ def nvfp4_w4a16_marlin_bf16(
 ) -> Tensor:
     """out = x @ dequant(W)^T * global_scale, bfloat16 [M, N], for bf16 x [M, K] (any M >= 1) and the
     operands of adopt_nvfp4_w4a16_marlin. Allocates nothing when `out` is given; CUDA-graph safe."""
-    _validate.w4a16_gemm(x, weight, scale, global_scale, workspace, out)
+    codes = _validate.checked(_w4a16_remembered, x, weight, scale, global_scale, workspace, out)
+    _validate.w4a16_gemm_buffers(x, weight, scale, global_scale, workspace, out)
     if out is None:
         out = torch.empty(x.shape[0], weight.shape[0], dtype=torch.bfloat16, device=x.device)
-    GemmCall(x, weight, None, scale, "bf16", "nvfp4", alpha=global_scale, out=out).run()
+    if codes is not None:
+        launch(codes, (x, weight, None, scale, None, global_scale, None, None, out, None), 1.0)
     return out
+
+
+def _w4a16_remembered(
+    x: Tensor, weight: Tensor, scale: Tensor, global_scale: Tensor, workspace: Tensor, out: OptTensor
+) -> tuple[int, int] | None:
+    """What nvfp4_w4a16_marlin_bf16 remembers for its metadata (_validate.checked): its GemmCall's
+    packed fields, None for a weight without rows (nothing to launch, as GemmCall.run)."""
+    _validate.w4a16_gemm_rules(x, weight, scale, global_scale, workspace, out)
+    call = GemmCall(x, weight, None, scale, "bf16", "nvfp4", alpha=global_scale)
+    return None if weight.numel() == 0 else call.codes()

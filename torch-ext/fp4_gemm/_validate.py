@@ -57,7 +57,9 @@ def fail(rule: str) -> NoReturn:
 _VERDICTS: dict[tuple, object] = {}
 MAX_VERDICTS = 4096  # distinct call shapes remembered; then forgotten at once
 _PLAIN_TENSORS = frozenset((torch.Tensor, torch.nn.Parameter))
-_KEYED_AS_THEMSELVES = frozenset((type(None), str, torch.dtype))  # no two of these compare equal
+# No value of one of these types equals a value of another (a bool or a float is keyed with its type,
+# since True == 1 == 1.0).
+_KEYED_AS_THEMSELVES = frozenset((type(None), str, int, torch.dtype))
 _UNKNOWN = object()
 _is_compiling = torch.compiler.is_compiling
 
@@ -66,7 +68,7 @@ def checked(rules: Callable[..., T], *args: object) -> T:
     """rules(*args): a call's metadata rules, raising ValueError at the first broken one and returning
     what the call needs (its shapes). The verdict is remembered under what it depends on: the rules,
     each tensor argument's dtype, shape, device and contiguity, each other argument's value (with its
-    type where values of two types compare equal: True == 1 == 1.0), so a call with the same key runs
+    type where it may equal a value of another type: True == 1 == 1.0), so a call with the same key runs
     no rule again. Never remembered: a call that breaks a rule, calls while torch.compile traces, and
     calls with tensor subclasses (a FakeTensor's metadata is not a real tensor's). Runs on every call:
     set lookups, no chains of type tests."""
@@ -215,7 +217,8 @@ def disjoint(
     reading what another writes. `names`: the outputs' names, then the inputs' (for the message).
     `in_place` names the one (output, input) pair that may be the very same buffer (each element
     read, then written, by one thread). Contiguous tensors on one device: byte ranges decide (a fake
-    tensor has none: nothing to check)."""
+    tensor has none: nothing to check). Runs on every call: address comparisons only, until two
+    ranges meet (`_shared` then names the pair, or lets the in-place pair be)."""
     if _is_compiling():
         return
     last = len(outputs) - 1
@@ -224,12 +227,32 @@ def disjoint(
             continue
         start = out.data_ptr()
         end = start + out.nbytes
-        for j, t in enumerate(inputs if i == last else outputs[i + 1 :] + inputs, i + 1):
+        for t in inputs if i == last else outputs[i + 1 :] + inputs:
             if t is not None:
                 other_start = t.data_ptr()
-                if other_start < end and start < other_start + t.nbytes and out.numel() and t.numel():
-                    same_bytes = (start, end) == (other_start, other_start + t.nbytes)
-                    overlap(names[i], names[j], same_bytes, in_place)
+                if other_start < end and start < other_start + t.nbytes:
+                    _shared(i, outputs, inputs, names, in_place)
+                    break
+
+
+def _shared(
+    i: int,
+    outputs: tuple[torch.Tensor | None, ...],
+    inputs: tuple[torch.Tensor | None, ...],
+    names: tuple[str, ...],
+    in_place: tuple[str, str] | None,
+) -> None:
+    """Output i meets another buffer's byte range: raises for the first buffer it truly shares memory
+    with (both non-empty), unless that is the in-place pair's very buffer."""
+    out = outputs[i]
+    start = out.data_ptr()
+    end = start + out.nbytes
+    for j, t in enumerate(outputs[i + 1 :] + inputs, i + 1):
+        if t is not None:
+            other_start = t.data_ptr()
+            if other_start < end and start < other_start + t.nbytes and out.numel() and t.numel():
+                same_bytes = (start, end) == (other_start, other_start + t.nbytes)
+                overlap(names[i], names[j], same_bytes, in_place)
 
 
 # The buffers of the GEMMs' disjoint checks: outputs, then inputs.
@@ -418,25 +441,31 @@ def nvfp4_gemm(
     out_format: str,
     out: object,
     out_scales: object,
-    tier: tuple | None = None,
 ) -> tuple[int, int, float]:
-    """Operands, epilogue tensors and caller outputs of every flashrt-style GEMM, and a decode tier's
-    own rules first (`tier`: (mrows, gemv or gemv_standard, warps, stages)); returns (M, N_out) and
-    alpha as the float the kernels take."""
-    rules = _nvfp4_gemm
-    if tier is None:
-        m, n_out, _ = checked(rules, a, b, sfa, sfb, bias, residual, activation, out_format, out, out_scales, None)
-    else:  # warps and stages keyed as arguments of their own, with their types
-        m, n_out, _ = checked(rules, a, b, sfa, sfb, bias, residual, activation, out_format, out, out_scales, *tier)
+    """Operands, epilogue tensors and caller outputs of a flashrt-style GEMM without a decode tier;
+    returns (M, N_out) and alpha as the float the kernels take. (The GEMMs themselves remember
+    nvfp4_gemm_rules' verdict with their op fields and check nvfp4_gemm_buffers per call.)"""
+    m, n_out, _ = checked(
+        nvfp4_gemm_rules, a, b, sfa, sfb, bias, residual, activation, out_format, out, out_scales, None
+    )  # fmt: skip
+    return m, n_out, nvfp4_gemm_buffers(alpha, a, b, sfa, sfb, bias, residual, out, out_scales)
+
+
+def nvfp4_gemm_buffers(
+    alpha: object, a: object, b: object, sfa: object, sfb: object, bias: object, residual: object, out: object,
+    out_scales: object,
+) -> float:  # fmt: skip
+    """The per-call rules of a flashrt-style GEMM (after nvfp4_gemm_rules): alpha as the float the
+    kernels take, which it returns, and caller outputs that share no memory with the inputs."""
     alpha = number("alpha", alpha)
     if out_scales is not None:
         disjoint((out, out_scales), (a, b, sfa, sfb, bias, residual), _NVFP4_OUT_NAMES)
     elif out is not None:
         disjoint((out,), (a, b, sfa, sfb, bias, residual), _NVFP4_GEMM_NAMES, in_place=("out", "residual"))
-    return m, n_out, alpha
+    return alpha
 
 
-def _nvfp4_gemm(
+def nvfp4_gemm_rules(
     a: object,
     b: object,
     sfa: object,
@@ -451,8 +480,9 @@ def _nvfp4_gemm(
     warps: object = 0,
     stages: object = 0,
 ) -> tuple[int, int, int]:
-    """The metadata rules of the flashrt-style GEMMs (nvfp4_gemm's arguments but alpha, its tier
-    unpacked)."""
+    """The metadata rules of the flashrt-style GEMMs, a decode tier's own rules first (`tier_rules`:
+    mrows, gemv or gemv_standard, on its warps and stages); returns (M, N_out, K). Run through
+    `checked`."""
     if tier_rules is not None:
         tier_rules(a, b, warps, stages)
     m, n, k = packed_shape(a, b)
@@ -537,13 +567,15 @@ def _repack(b: object, out: object) -> None:
     same_device(b_packed=b, out=out)
 
 
-def m256(a: torch.Tensor, workspace: object, required: int, operands: tuple) -> None:
-    """The M >= 512 tier: its caller workspace; `operands` = (a, b, sfa, sfb, out), which it may not overlap."""
-    checked(_m256, a, workspace, required)
+def m256_buffers(workspace: torch.Tensor, operands: tuple) -> None:
+    """The M >= 512 tier's per-call rule (after m256_rules): its workspace shares no memory with
+    `operands` = (a, b, sfa, sfb, out)."""
     disjoint((workspace,), operands, ("workspace", "a_packed", "b_packed", "sfa", "sfb", "out"))
 
 
-def _m256(a: torch.Tensor, workspace: object, required: int) -> None:
+def m256_rules(a: torch.Tensor, workspace: object, required: int) -> None:
+    """The M >= 512 tier's metadata rules (inside the GEMM's verdict): M, and a caller workspace of at
+    least `required` bytes."""
     m = a.shape[0]
     if m < M256_MIN_M:
         fail(f"nvfp4_gemm_m256_bf16 needs M >= {M256_MIN_M}, got M={m}")
@@ -596,13 +628,18 @@ def adopt_w4a16(weight_packed: object, weight_scale: object, weight_scale_2: obj
     return n, k
 
 
-def w4a16_gemm(x: object, weight: object, scale: object, global_scale: object, workspace: object, out: object) -> None:
-    """nvfp4_w4a16_marlin_bf16: bf16 x [M, K], the adopted weight, its scales and global scale."""
-    checked(_w4a16_gemm, x, weight, scale, global_scale, workspace, out)
+def w4a16_gemm_buffers(
+    x: object, weight: object, scale: object, global_scale: object, workspace: object, out: object
+) -> None:
+    """nvfp4_w4a16_marlin_bf16's per-call rule (after w4a16_gemm_rules): out shares no memory with the inputs."""
     disjoint((out,), (x, weight, scale, global_scale, workspace), _W4A16_NAMES)
 
 
-def _w4a16_gemm(x: object, weight: object, scale: object, global_scale: object, workspace: object, out: object) -> None:
+def w4a16_gemm_rules(
+    x: object, weight: object, scale: object, global_scale: object, workspace: object, out: object
+) -> None:
+    """nvfp4_w4a16_marlin_bf16's metadata rules (run through `checked`): bf16 x [M, K], the adopted
+    weight, its scales and global scale, the workspace, a caller out."""
     tensor("x", x, dtypes=(torch.bfloat16,), ndim=2)
     tensor("weight", weight, dtypes=(torch.uint8,), ndim=2)
     m, k, n = x.shape[0], x.shape[1], weight.shape[0]
@@ -653,9 +690,9 @@ def _epilogue(mode: str, alpha: object, groups: int, bias: object, bias_shape: t
     optional("bias", bias, dtypes=(torch.bfloat16,), shape=bias_shape)
 
 
-def halops_gemm(
+def halops_gemm_data(
     grouping: str,
-    mode: str,
+    groups: int,
     input: object,
     weight: object,
     sfa: object,
@@ -663,29 +700,26 @@ def halops_gemm(
     output: object,
     bias: object,
     alpha: object,
-    sm: object,
-    group_index: object = None,
-    max_m: object = 0,
-    use_pdl: object = True,
-) -> tuple[str, str, int]:
-    """dense_gemm, batch_gemm, group_contiguous_gemm and group_masked_gemm; returns the formats of A
-    and B (GemmCall's names) and the rows of A per group (batched: each item's, masked: max_m; 0
-    otherwise)."""
-    a_format, b_format, groups, group_rows = checked(
-        _halops_gemm, grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm, group_index, max_m, use_pdl
-    )
+    group_index: object,
+    max_m: object,
+) -> None:
+    """The per-call rules of the halops GEMMs (after halops_gemm_rules, which gives `groups`): the
+    device data where it may be read (expert ids, valid counts) and an output that shares no memory
+    with the inputs."""
     if grouping == "contiguous":
         expert_ids(group_index, groups)
-    if grouping == "masked":
+    elif grouping == "masked":
         valid_counts("masked_m", group_index, max_m)
     inputs = (input, weight, sfa, sfb, bias, alpha, group_index)
     disjoint((output,), inputs, _MASKED_NAMES if grouping == "masked" else _HALOPS_NAMES)
-    return a_format, b_format, group_rows
 
 
-def _halops_gemm(*parts: object) -> tuple[str, str, int, int]:
-    """The metadata rules of the halops GEMMs (halops_gemm's arguments); returns the formats of A and
-    B, the number of weight matrices and the rows of A per group."""
+def halops_gemm_rules(*parts: object) -> tuple[str, str, int, int]:
+    """The metadata rules of dense_gemm, batch_gemm, group_contiguous_gemm and group_masked_gemm, run
+    through `checked` on (grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm_count,
+    group_index, max_m, use_pdl); returns the formats of A and B (GemmCall's names: "bf16" for the
+    w4a16 modes' activations), the number of weight matrices and the rows of A per group (batched:
+    each item's, masked: max_m; 0 otherwise)."""
     grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm, group_index, max_m, use_pdl = parts
     sm_count(sm)
     boolean("use_pdl", use_pdl)
