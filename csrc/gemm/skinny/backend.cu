@@ -318,8 +318,7 @@ Plan make_plan(const GemmProblem& p) {
 
 // ---- the register-streaming kernel ------------------------------------------------------------
 
-constexpr int kStreamDefaultWarps = 8;
-constexpr int kStreamWaves = 4;  // CTAs per resident slot the planner aims for (a short last wave)
+constexpr int kStreamStepsPerWarp = 4;  // the fewest steps of a row a warp's slice should hold
 
 using StreamKernelFn = void (*)(StreamArgs);
 
@@ -367,16 +366,18 @@ void size_stream_shared_memory(const GemmProblem& p, StreamPlan& plan) {
   plan.smem = size_t(plan.partial_offset) + size_t(plan.tiles_per_cta) * plan.warps * 32 * 4 * plan.token_tiles * 4;
 }
 
-// The plan, or no kernel where the activations do not fit in shared memory. Warps: the knob
-// (forced runs) or 8, at most one per step of a row; tiles per CTA: the knob, or the fewest that
-// still give kStreamWaves CTAs per resident slot (the activations are staged once per CTA).
+// The plan, or no kernel where the activations do not fit in shared memory. Warps: the knob (a
+// forced run), else one per kStreamStepsPerWarp steps of a row (at most 8: a slice of a few steps
+// leaves each warp's first loads unhidden). Tiles per CTA: the knob, else the fewest that fit the
+// grid in one wave of resident CTAs: measured on the H200 (benchmarks/NOTES.md), a second, partial
+// wave costs more than the CTAs' longer walks, and the activations are staged once per CTA.
 StreamPlan make_stream_plan(const GemmProblem& p, bool forced) {
   StreamPlan plan{};
   plan.token_tiles = p.m <= kTileTokens ? 1 : 2;
   std::tie(plan.kernel, plan.unbias_exponent) = select_stream_kernel(p, plan.token_tiles);
   plan.steps = int(ceil_div(row_bytes(p.b.format, p.k), kStreamStepBytes));
-  const int warps = forced && p.warps > 0 ? p.warps : kStreamDefaultWarps;
-  plan.warps = int(std::max<int64_t>(1, std::min<int64_t>({warps, kStreamMaxWarps, plan.steps})));
+  const int64_t warps = forced && p.warps > 0 ? p.warps : plan.steps / kStreamStepsPerWarp;
+  plan.warps = int(std::clamp<int64_t>(warps, 1, std::min(kStreamMaxWarps, plan.steps)));
   const int64_t row_tiles = ceil_div(p.n, kStreamTileRows);
   const int device = current_device();
   const auto kernel = reinterpret_cast<const void*>(plan.kernel);
@@ -387,9 +388,8 @@ StreamPlan make_stream_plan(const GemmProblem& p, bool forced) {
   if (forced && p.stages > 0) {
     plan.tiles_per_cta = int(std::min<int64_t>(p.stages, row_tiles));
   } else {
-    const int64_t slots = resident_ctas(device, kernel, plan.warps * 32, plan.smem, 1);
-    plan.tiles_per_cta = int(std::clamp<int64_t>(row_tiles / std::max<int64_t>(1, kStreamWaves * slots), 1,
-                                                 kStreamMaxTiles));
+    const int64_t slots = std::max<int64_t>(1, resident_ctas(device, kernel, plan.warps * 32, plan.smem, 1));
+    plan.tiles_per_cta = int(std::clamp<int64_t>(ceil_div(row_tiles, slots), 1, kStreamMaxTiles));
   }
   size_stream_shared_memory(p, plan);
   if (plan.smem > size_t(max_smem)) return StreamPlan{};
@@ -397,11 +397,19 @@ StreamPlan make_stream_plan(const GemmProblem& p, bool forced) {
   return plan;
 }
 
-// Where the register-streaming kernel runs: named by the variant, or chosen (auto).
+// Where the register-streaming kernel runs: where the variant names it, else (auto) where it was
+// measured faster than the staged kernel on the H200 (benchmarks/NOTES.md): up to 4 rows of
+// block-scaled or 2 of bf16 activations (a CTA stages M activation rows of all of K: per K element
+// 2 bytes of each bf16 row against the 8 P bytes of weight it streams), and up to 8 where the weight
+// has fewer 16-row tiles than the device has SMs (the staged kernel's 128-row units then leave most
+// SMs idle). A grid limited to some SMs (sm_count) runs the staged kernel, whose grid is persistent.
 StreamPlan choose_stream_plan(const GemmProblem& p) {
   if (p.variant == kVariantStaged || !register_stream_supported(p)) return StreamPlan{};
   if (p.variant == kVariantRegisterStream) return make_stream_plan(p, true);
-  if (p.sm_count > 0 || p.m > kTileTokens) return StreamPlan{};  // a non-persistent grid uses every SM
+  if (p.sm_count > 0 || p.m > kTileTokens) return StreamPlan{};
+  const int rows = p.a.format == OperandFormat::Bf16 ? 2 : 4;
+  const int sms = device_attribute(current_device(), cudaDevAttrMultiProcessorCount);
+  if (p.m > rows && ceil_div(p.n, kStreamTileRows) > sms) return StreamPlan{};
   return make_stream_plan(p, false);
 }
 
