@@ -31,7 +31,7 @@ from bench_gemm_skinny import (
 KERNELS = {"staged": 3, "register-stream": 4}
 SHAPES = ((17408, 5120), (8192, 8192), (4096, 7168), (1536, 7168))
 FORMATS = ("nvfp4", "w4a16-nvfp4", "mxfp4", "w4a16-mxfp4")
-MS = (1, 2, 4, 8, 16)
+MS = (1, 2, 4, 8)
 KNOB_MS = (1, 8)
 KNOBS = tuple(itertools.product((4, 8), (1, 2, 4, 8)))  # (warps, stages)
 
