@@ -319,6 +319,7 @@ Plan make_plan(const GemmProblem& p) {
 // ---- the register-streaming kernel ------------------------------------------------------------
 
 constexpr int kStreamStepsPerWarp = 4;  // the fewest steps of a row a warp's slice should hold
+constexpr int kStreamWideRows = 4;      // the most activation rows it runs on large weights (auto)
 
 using StreamKernelFn = void (*)(StreamArgs);
 
@@ -398,19 +399,21 @@ StreamPlan make_stream_plan(const GemmProblem& p, bool forced) {
 }
 
 // Where the register-streaming kernel runs: where the variant names it, else (auto) where it was
-// measured faster than the staged kernel on the H200 (benchmarks/NOTES.md): up to 4 rows of
-// block-scaled or 2 of bf16 activations (a CTA stages M activation rows of all of K: per K element
-// 2 bytes of each bf16 row against the 8 P bytes of weight it streams), and up to 8 where the weight
-// has fewer 16-row tiles than the device has SMs (the staged kernel's 128-row units then leave most
-// SMs idle). A grid limited to some SMs (sm_count) runs the staged kernel, whose grid is persistent.
+// measured faster than the staged kernel on the H200 (benchmarks/NOTES.md): up to 8 activation rows
+// where the weight has at most two 16-row tiles per SM (there the staged kernel's 128-row units
+// leave SMs idle), and up to 4 where its grid has at least 1.5 CTAs per SM. Its CTAs stage all of K
+// of every activation row, which bounds the CTAs that fit on an SM (long K, more rows); with fewer
+// CTAs than that the SMs are unevenly loaded. A grid limited to some SMs (sm_count) runs the staged
+// kernel, whose grid is persistent.
 StreamPlan choose_stream_plan(const GemmProblem& p) {
   if (p.variant == kVariantStaged || !register_stream_supported(p)) return StreamPlan{};
   if (p.variant == kVariantRegisterStream) return make_stream_plan(p, true);
   if (p.sm_count > 0 || p.m > kTileTokens) return StreamPlan{};
-  const int rows = p.a.format == OperandFormat::Bf16 ? 2 : 4;
-  const int sms = device_attribute(current_device(), cudaDevAttrMultiProcessorCount);
-  if (p.m > rows && ceil_div(p.n, kStreamTileRows) > sms) return StreamPlan{};
-  return make_stream_plan(p, false);
+  const StreamPlan plan = make_stream_plan(p, false);
+  const int64_t sms = device_attribute(current_device(), cudaDevAttrMultiProcessorCount);
+  const bool few_tiles = ceil_div(p.n, kStreamTileRows) <= 2 * sms;
+  const bool busy = p.m <= kStreamWideRows && 2 * plan.ctas >= 3 * sms;
+  return few_tiles || busy ? plan : StreamPlan{};
 }
 
 void run_register_stream(const GemmProblem& p, const StreamPlan& plan, cudaStream_t stream) {
