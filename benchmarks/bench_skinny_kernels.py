@@ -16,17 +16,7 @@ from pathlib import Path
 
 import torch
 from bench_common import RESULTS, load, write_results
-from bench_gemm_skinny import (
-    Weight,
-    activation,
-    check,
-    copies,
-    copy_bandwidth_gbps,
-    gemm_op,
-    median_us,
-    nbytes,
-    rotating,
-)
+from bench_gemm_skinny import Weight, check, copy_bandwidth_gbps, dense_cases, gemm_op, median_us, rotating
 
 KERNELS = {"staged": 3, "register-stream": 4}
 SHAPES = ((17408, 5120), (8192, 8192), (4096, 7168), (1536, 7168))
@@ -50,33 +40,21 @@ def time_kernel(fp4, weight: Weight, a, sfa, out, variant: int, warps: int, stag
 
 
 def shape_rows(fp4, n: int, k: int, copy_bw: float, sweep: bool) -> list[dict]:
-    w = (torch.randn(n, k, device="cuda") * 0.05).to(torch.bfloat16)
-    weights = {fmt: Weight(fp4, fmt, w) for fmt in FORMATS}
-    dense_copies = copies((weights["nvfp4"].bf16,))
     rows = []
-    for m in MS:
-        x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-        out_mm = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-        cublas_us = median_us(rotating(lambda wt: torch.mm(x, wt.T, out=out_mm), dense_copies))  # noqa: B023
-        for fmt, weight in weights.items():
-            a, sfa, a_bf16 = activation(fp4, fmt, x)
-            out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-            peer = torch.mm(a_bf16, weight.bf16.T)
-            traffic = nbytes(*weight.copies[0], a, sfa, out)
-            knobs = [(kernel, variant, 0, 0) for kernel, variant in KERNELS.items()]
-            if sweep and fmt == "nvfp4" and m in KNOB_MS:
-                knobs += [("register-stream", KERNELS["register-stream"], wp, st) for wp, st in KNOBS]
-            for kernel, variant, warps, stages in knobs:
-                us = time_kernel(fp4, weight, a, sfa, out, variant, warps, stages)
-                fraction = traffic / us / 1e3 / copy_bw
-                err = check(out, peer)
-                rows.append({"format": fmt, "kernel": kernel, "warps": warps, "stages": stages, "M": m, "N": n, "K": k,
-                             "bytes": traffic, "ours_us": round(us, 2), "cublas_bf16_us": round(cublas_us, 2),
-                             "fraction_of_copy_bw": round(fraction, 3), "copy_bw": round(copy_bw, 1),
-                             "check": err})  # fmt: skip
-                print(f"{fmt:12s} {kernel:16s} w={warps} s={stages} M={m:2d} {n:5d}x{k:5d} {us:8.2f} us "
-                      f"({fraction:5.3f} of copy bw) cuBLAS {cublas_us:7.2f} us check {err:.1e}",
-                      flush=True)  # fmt: skip
+    for c in dense_cases(fp4, n, k, FORMATS, MS):
+        knobs = [(kernel, variant, 0, 0) for kernel, variant in KERNELS.items()]
+        if sweep and c.fmt == "nvfp4" and c.m in KNOB_MS:
+            knobs += [("register-stream", KERNELS["register-stream"], wp, st) for wp, st in KNOBS]
+        for kernel, variant, warps, stages in knobs:
+            us = time_kernel(fp4, c.weight, c.a, c.sfa, c.out, variant, warps, stages)
+            fraction = c.traffic / us / 1e3 / copy_bw
+            err = check(c.out, c.peer)
+            rows.append({"format": c.fmt, "kernel": kernel, "warps": warps, "stages": stages, "M": c.m, "N": n,
+                         "K": k, "bytes": c.traffic, "ours_us": round(us, 2), "cublas_bf16_us": round(c.peer_us, 2),
+                         "fraction_of_copy_bw": round(fraction, 3), "copy_bw": round(copy_bw, 1),
+                         "check": err})  # fmt: skip
+            print(f"{c.fmt:12s} {kernel:16s} w={warps} s={stages} M={c.m:2d} {n:5d}x{k:5d} {us:8.2f} us "
+                  f"({fraction:5.3f} of copy bw) cuBLAS {c.peer_us:7.2f} us check {err:.1e}", flush=True)  # fmt: skip
     return rows
 
 

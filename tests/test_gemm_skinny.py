@@ -362,10 +362,12 @@ def test_w4a16_gemm_every_m_within_the_bound(fp4, ref, b_format, m, n):
 
 @requires_cuda
 @pytest.mark.parametrize("m", [1, 9, 16])
-@pytest.mark.parametrize("b_format", ["nvfp4", "mxfp4"])
-def test_w4a16_every_epilogue_within_the_bound(fp4, ref, b_format, m):
+@pytest.mark.parametrize("pair", REGISTER_STREAM_PAIRS, ids="-".join)
+@pytest.mark.parametrize("kernel", list(SKINNY_KERNELS))
+def test_every_epilogue_of_both_kernels_within_the_bound(fp4, ref, kernel, pair, m):
+    """W4A16 and the 4-bit W4A4 pairs: every output type, bias type and activation, with a residual."""
     n, k = 1032, 384
-    ops = Operands(ref, "bf16", b_format, m, n, k, seed=600 + m)
+    ops = Operands(ref, *pair, m, n, k, seed=600 + m)
     a, b, sfa, sfb = ops.cuda()
     alpha = torch.tensor([0.75], device="cuda")
     for out_dtype in (torch.bfloat16, torch.float16):
@@ -373,9 +375,10 @@ def test_w4a16_every_epilogue_within_the_bound(fp4, ref, b_format, m):
             bias = random_bf16(1, n, 3).reshape(n).to(bias_dtype)
             residual = random_bf16(m, n, 4).to(out_dtype)
             for activation in ("none", "gelu", "relu2"):
-                out = gemm(fp4, a, b, sfa, sfb, "bf16", b_format, poisoned_out(m, n, out_dtype), alpha=alpha,
-                           bias=bias.cuda(), residual=residual.cuda(), activation=activation)  # fmt: skip
-                what = f"{b_format} M={m} out {out_dtype} bias {bias_dtype} {activation}"
+                out = gemm(fp4, a, b, sfa, sfb, *pair, poisoned_out(m, n, out_dtype), alpha=alpha, bias=bias.cuda(),
+                           residual=residual.cuda(), activation=activation,
+                           variant=SKINNY_KERNELS[kernel])  # fmt: skip
+                what = f"{kernel} {pair} M={m} out {out_dtype} bias {bias_dtype} {activation}"
                 assert_epilogue_within_bound(out, ops, 0.75, bias, residual, activation, what)
 
 
@@ -549,26 +552,6 @@ def test_register_stream_every_knob_within_the_bound(fp4, ref, m, warps, tiles):
                variant=SKINNY_KERNELS["register-stream"])  # fmt: skip
     what = f"M={m} warps={warps} tiles={tiles}"
     assert_within_bound(out.cpu(), ops.product(), ops.a_dq, ops.b_dq, what)
-
-
-@requires_cuda
-@pytest.mark.parametrize("m", [1, 9, 16])
-@pytest.mark.parametrize("pair", REGISTER_STREAM_PAIRS, ids="-".join)
-def test_register_stream_every_epilogue_within_the_bound(fp4, ref, pair, m):
-    n, k = 1032, 384
-    ops = Operands(ref, *pair, m, n, k, seed=900 + m)
-    a, b, sfa, sfb = ops.cuda()
-    alpha = torch.tensor([0.75], device="cuda")
-    for out_dtype in (torch.bfloat16, torch.float16):
-        for bias_dtype in (torch.bfloat16, torch.float32):
-            bias = random_bf16(1, n, 3).reshape(n).to(bias_dtype)
-            residual = random_bf16(m, n, 4).to(out_dtype)
-            for activation in ("none", "gelu", "relu2"):
-                out = gemm(fp4, a, b, sfa, sfb, *pair, poisoned_out(m, n, out_dtype), alpha=alpha, bias=bias.cuda(),
-                           residual=residual.cuda(), activation=activation,
-                           variant=SKINNY_KERNELS["register-stream"])  # fmt: skip
-                what = f"{pair} M={m} out {out_dtype} bias {bias_dtype} {activation}"
-                assert_epilogue_within_bound(out, ops, 0.75, bias, residual, activation, what)
 
 
 @requires_cuda

@@ -316,6 +316,19 @@ Plan make_plan(const GemmProblem& p) {
   return serial_stages(p, wide) < serial_stages(p, narrow) ? wide : narrow;
 }
 
+// The operand fields both kernels' arguments share (SkinnyArgs, StreamArgs).
+template <class Args>
+void set_operands(const GemmProblem& p, Args& args) {
+  args.a = static_cast<const uint8_t*>(p.a.values);
+  args.sfa = p.a.scales;
+  args.a_row_bytes = row_bytes(p.a.format, p.k);
+  args.sfa_k_tiles = block_scaled(p.a.format) ? sf_k_tiles(p.k / block_size(p.a.format)) : 0;
+  args.b = static_cast<const uint8_t*>(p.b.values);
+  args.sfb = p.b.scales;
+  args.b_row_bytes = row_bytes(p.b.format, p.k);
+  args.sfb_k_tiles = sf_k_tiles(p.k / block_size(p.b.format));
+}
+
 // ---- the register-streaming kernel ------------------------------------------------------------
 
 constexpr int kStreamStepsPerWarp = 4;  // the fewest steps of a row a warp's slice should hold
@@ -418,14 +431,7 @@ StreamPlan choose_stream_plan(const GemmProblem& p) {
 
 void run_register_stream(const GemmProblem& p, const StreamPlan& plan, cudaStream_t stream) {
   StreamArgs args{};
-  args.a = static_cast<const uint8_t*>(p.a.values);
-  args.sfa = p.a.scales;
-  args.a_row_bytes = row_bytes(p.a.format, p.k);
-  args.sfa_k_tiles = block_scaled(p.a.format) ? sf_k_tiles(p.k / block_size(p.a.format)) : 0;
-  args.b = static_cast<const uint8_t*>(p.b.values);
-  args.sfb = p.b.scales;
-  args.b_row_bytes = row_bytes(p.b.format, p.k);
-  args.sfb_k_tiles = sf_k_tiles(p.k / block_size(p.b.format));
+  set_operands(p, args);
   args.n = p.n;
   args.m = int(p.m);
   args.row_chunks = int(args.b_row_bytes / kChunkBytes);
@@ -481,14 +487,7 @@ void run(const GemmProblem& p, cudaStream_t stream) {
     args.b_map = sm90::byte_matrix_map(p.b.values, p.groups * p.n, row_bytes(p.b.format, p.k), plan.row_stride,
                                        kBlockRows);
   }
-  args.a = static_cast<const uint8_t*>(p.a.values);
-  args.sfa = p.a.scales;
-  args.a_row_bytes = row_bytes(p.a.format, p.k);
-  args.sfa_k_tiles = block_scaled(p.a.format) ? sf_k_tiles(p.k / block_size(p.a.format)) : 0;
-  args.b = static_cast<const uint8_t*>(p.b.values);
-  args.sfb = p.b.scales;
-  args.b_row_bytes = row_bytes(p.b.format, p.k);
-  args.sfb_k_tiles = sf_k_tiles(p.k / block_size(p.b.format));
+  set_operands(p, args);
   args.n = p.n;
   args.row_blocks = plan.row_blocks;
   args.slabs = plan.slabs;
