@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import argparse
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import triton.testing
@@ -81,11 +82,12 @@ def rotating(fn: Callable[..., Tensor], weights: list[tuple[Tensor, ...]]) -> Ca
 
 def gemm_op(fp4, a, b, sfa, sfb, a_format: str, b_format: str, out: Tensor, grouping: str = "dense",
             group_index: Tensor | None = None, group_rows: int = 0, warps: int = 0,
-            stages: int = 0) -> Tensor:  # fmt: skip
+            stages: int = 0, variant: int = -1) -> Tensor:  # fmt: skip
     fp4._gemm.GemmCall(
         a, b, None if a_format == "bf16" else sfa, sfb, a_format, b_format, grouping=grouping,
-        group_index=group_index, group_rows=group_rows, out=out, warps=warps, stages=stages, pdl=False,
-    ).run()
+        group_index=group_index, group_rows=group_rows, out=out, variant=variant, warps=warps, stages=stages,
+        pdl=False,
+    ).run()  # fmt: skip
     return out
 
 
@@ -160,23 +162,43 @@ def cublas_us(x: Tensor, dense_copies: list[tuple[Tensor, ...]]) -> float:
     return median_us(rotating(lambda w: torch.mm(x, w.T, out=out), dense_copies))
 
 
-def dense_rows(fp4, n: int, k: int, copy_bw: float) -> list[dict]:
+class DenseCase(NamedTuple):
+    """One (M, format) of a shape: the operands, the output buffer, the cuBLAS result and time."""
+
+    m: int
+    fmt: str
+    weight: Weight
+    a: Tensor
+    sfa: Tensor
+    out: Tensor
+    peer: Tensor  # cuBLAS bf16 on the exact bf16 operands
+    peer_us: float
+    traffic: int  # bytes: the weight's values and scales, A's values and scales, the output
+
+
+def dense_cases(fp4, n: int, k: int, formats: tuple[str, ...], ms: tuple[int, ...]) -> Iterator[DenseCase]:
+    """For each M (cuBLAS bf16 timed first, on the NVFP4 weight's exact values) and format: its case."""
     w = (torch.randn(n, k, device="cuda") * 0.05).to(torch.bfloat16)
-    weights = {fmt: Weight(fp4, fmt, w) for fmt in FORMATS}
+    weights = {fmt: Weight(fp4, fmt, w) for fmt in formats}
     dense_copies = copies((weights["nvfp4"].bf16,))
-    rows = []
-    for m in MS:
+    for m in ms:
         x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
         peer_us = cublas_us(x, dense_copies)  # the peer first
         for fmt, weight in weights.items():
             a, sfa, a_bf16 = activation(fp4, fmt, x)
             out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-            peer = torch.mm(a_bf16, weight.bf16.T)
-            traffic = nbytes(*weight.copies[0], a, sfa, out)
-            for op, (call, op_copies) in dense_calls(fp4, fmt, weight, a, sfa, out).items():
-                ours_us = median_us(rotating(call, op_copies))
-                call(*op_copies[0])
-                rows.append(row(op, fmt, m, n, k, traffic, ours_us, peer_us, "cublas_bf16", copy_bw, check(out, peer)))
+            yield DenseCase(m, fmt, weight, a, sfa, out, torch.mm(a_bf16, weight.bf16.T), peer_us,
+                            nbytes(*weight.copies[0], a, sfa, out))  # fmt: skip
+
+
+def dense_rows(fp4, n: int, k: int, copy_bw: float) -> list[dict]:
+    rows = []
+    for c in dense_cases(fp4, n, k, FORMATS, MS):
+        for op, (call, op_copies) in dense_calls(fp4, c.fmt, c.weight, c.a, c.sfa, c.out).items():
+            ours_us = median_us(rotating(call, op_copies))
+            call(*op_copies[0])
+            rows.append(row(op, c.fmt, c.m, n, k, c.traffic, ours_us, c.peer_us, "cublas_bf16", copy_bw,
+                            check(c.out, c.peer)))  # fmt: skip
     return rows
 
 

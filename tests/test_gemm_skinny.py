@@ -2,7 +2,8 @@
 bound of float64 math on the exactly dequantized operands (the reference, on CPU copies), for every
 M in 1..16, N at its alignment and large, every operand format, epilogue and output type, the decode
 GEMV on the streaming layout, K tails, NaN scales; outputs poisoned first; bitwise equal run to run,
-with and without a K split, and under CUDA graph replay; the native repack bit for bit.
+with and without a K split, and under CUDA graph replay; the native repack bit for bit. Both kernels
+of the tier, named by their variant (SKINNY_KERNELS), where the planner would pick either.
 
 Which backend serves a problem is asked from the build (GemmCall.backends): those tests run without a
 GPU."""
@@ -18,6 +19,8 @@ from decode_cases import (
     EXPERT_SHAPES,
     MODES,
     QUALIFICATION_SHAPES,
+    REGISTER_STREAM_PAIRS,
+    SKINNY_KERNELS,
     Operands,
     assert_epilogue_within_bound,
     backend,
@@ -210,9 +213,10 @@ def test_relu2_and_gelu_with_16_bit_outputs_within_the_bound(fp4, ref, fmt, out_
 
 
 @requires_cuda
+@pytest.mark.parametrize("kernel", list(SKINNY_KERNELS))
 @pytest.mark.parametrize("fmt", list(MODES) + ["e0m3"])
-@pytest.mark.parametrize("k", [32, 96, 160, 224])
-def test_k_tails_ignore_the_scale_padding(fp4, ref, fmt, k):
+@pytest.mark.parametrize("k", [32, 96, 160, 224, 288])
+def test_k_tails_ignore_the_scale_padding(fp4, ref, fmt, k, kernel):
     """K that ends inside a slab and inside a 4-block SfAtom column: the padding scale bytes (0 by
     contract) are set to the NaN code here, and must not reach the result."""
     m, n = 3, 72
@@ -227,15 +231,17 @@ def test_k_tails_ignore_the_scale_padding(fp4, ref, fmt, k):
         flat[padding] = ref.FORMATS[scale_format].scale_nan
     out = poisoned_out(m, n, torch.float16)
     fp4._gemm.GemmCall(
-        a, b, sfa, sfb, "nvfp4" if fmt == "e0m3" else fmt, fmt, out=out, out_format="fp16", pdl=False
-    ).run()
+        a, b, sfa, sfb, "nvfp4" if fmt == "e0m3" else fmt, fmt, out=out, out_format="fp16",
+        variant=SKINNY_KERNELS[kernel], pdl=False,
+    ).run()  # fmt: skip
     assert backend(fp4, "nvfp4" if fmt == "e0m3" else fmt, fmt, m=m, n=n, k=k) == "skinny"
-    assert_within_bound(out.cpu(), ops.product(), ops.a_dq, ops.b_dq, f"{fmt} K={k}")
+    assert_within_bound(out.cpu(), ops.product(), ops.a_dq, ops.b_dq, f"{fmt} K={k} {kernel}")
 
 
 @requires_cuda
+@pytest.mark.parametrize("kernel", list(SKINNY_KERNELS))
 @pytest.mark.parametrize("fmt", list(MODES))
-def test_nan_scales_make_their_row_and_column_nan(fp4, ref, fmt):
+def test_nan_scales_make_their_row_and_column_nan(fp4, ref, fmt, kernel):
     m, n, k = 9, 264, 256
     ops = Operands(ref, fmt, fmt, m, n, k, seed=11)
     a, b, sfa, sfb = ops.cuda()
@@ -243,13 +249,12 @@ def test_nan_scales_make_their_row_and_column_nan(fp4, ref, fmt):
     nan = ref.FORMATS[fmt].scale_nan
     sfa.reshape(-1)[ref.sf_offset(4, 1, nkb)] = nan  # token 4, block 1
     sfb.reshape(-1)[ref.sf_offset(130, nkb - 1, nkb)] = nan  # weight row 130, its last block
-    out = poisoned_out(m, n)
-    fp4.dense_gemm(a, b, sfa, sfb, out, alpha=torch.ones(1, device="cuda"), mode=MODES[fmt])
+    out = gemm(fp4, a, b, sfa, sfb, fmt, fmt, poisoned_out(m, n), variant=SKINNY_KERNELS[kernel])
     nan_mask = out.isnan().cpu()
     expected = torch.zeros(m, n, dtype=torch.bool)
     expected[4, :] = True
     expected[:, 130] = True
-    assert torch.equal(nan_mask, expected), f"{fmt}: NaN at {nan_mask.nonzero().tolist()[:8]}"
+    assert torch.equal(nan_mask, expected), f"{fmt} {kernel}: NaN at {nan_mask.nonzero().tolist()[:8]}"
 
 
 # ---- split-K, determinism, graphs ------------------------------------------------------------------
@@ -331,11 +336,14 @@ def test_gemv_replays_in_a_cuda_graph(fp4, ref):
 @pytest.mark.parametrize("pair", [(f, f) for f in MODES] + W4A16_PAIRS[:2], ids="-".join)
 @pytest.mark.parametrize("nk", QUALIFICATION_SHAPES + EXPERT_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_decode_shapes_within_the_bound(fp4, ref, nk, pair, m):
+    """Both kernels where the register-streaming one serves the pair (the planner's choice otherwise)."""
     n, k = nk
     (a, b, sfa, sfb), a_dq, b_dq = gpu_operands(fp4, ref, *pair, m, n, k, seed=15)
-    out = gemm(fp4, a, b, sfa, sfb, *pair, poisoned_out(m, n))
     assert backend(fp4, *pair, m=m, n=n, k=k) == "skinny"
-    assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"{pair} M={m} {n}x{k}")
+    variants = SKINNY_KERNELS.values() if pair in REGISTER_STREAM_PAIRS else [-1]
+    for variant in variants:
+        out = gemm(fp4, a, b, sfa, sfb, *pair, poisoned_out(m, n), variant=variant)
+        assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"{pair} M={m} {n}x{k} variant={variant}")
 
 
 # ---- W4A16: bf16 activations over NVFP4, MXFP4 and MXFP8 weights (the gemm op, a_format "bf16") -----
@@ -354,10 +362,12 @@ def test_w4a16_gemm_every_m_within_the_bound(fp4, ref, b_format, m, n):
 
 @requires_cuda
 @pytest.mark.parametrize("m", [1, 9, 16])
-@pytest.mark.parametrize("b_format", ["nvfp4", "mxfp4"])
-def test_w4a16_every_epilogue_within_the_bound(fp4, ref, b_format, m):
+@pytest.mark.parametrize("pair", REGISTER_STREAM_PAIRS, ids="-".join)
+@pytest.mark.parametrize("kernel", list(SKINNY_KERNELS))
+def test_every_epilogue_of_both_kernels_within_the_bound(fp4, ref, kernel, pair, m):
+    """W4A16 and the 4-bit W4A4 pairs: every output type, bias type and activation, with a residual."""
     n, k = 1032, 384
-    ops = Operands(ref, "bf16", b_format, m, n, k, seed=600 + m)
+    ops = Operands(ref, *pair, m, n, k, seed=600 + m)
     a, b, sfa, sfb = ops.cuda()
     alpha = torch.tensor([0.75], device="cuda")
     for out_dtype in (torch.bfloat16, torch.float16):
@@ -365,9 +375,10 @@ def test_w4a16_every_epilogue_within_the_bound(fp4, ref, b_format, m):
             bias = random_bf16(1, n, 3).reshape(n).to(bias_dtype)
             residual = random_bf16(m, n, 4).to(out_dtype)
             for activation in ("none", "gelu", "relu2"):
-                out = gemm(fp4, a, b, sfa, sfb, "bf16", b_format, poisoned_out(m, n, out_dtype), alpha=alpha,
-                           bias=bias.cuda(), residual=residual.cuda(), activation=activation)  # fmt: skip
-                what = f"{b_format} M={m} out {out_dtype} bias {bias_dtype} {activation}"
+                out = gemm(fp4, a, b, sfa, sfb, *pair, poisoned_out(m, n, out_dtype), alpha=alpha, bias=bias.cuda(),
+                           residual=residual.cuda(), activation=activation,
+                           variant=SKINNY_KERNELS[kernel])  # fmt: skip
+                what = f"{kernel} {pair} M={m} out {out_dtype} bias {bias_dtype} {activation}"
                 assert_epilogue_within_bound(out, ops, 0.75, bias, residual, activation, what)
 
 
@@ -486,3 +497,96 @@ def test_tier_rules_raise_before_launch(fp4, ref):
     with pytest.raises(ValueError, match="multiple of 8"):
         fp4.fp4_repack_b_interleaved_sm120(torch.zeros(12, 256, dtype=torch.uint8, device="cuda"))
     torch.cuda.synchronize()  # nothing was launched that could have failed
+
+
+# ---- the register-streaming kernel by name (variant 4): every M, pair, tail and knob ----------------
+
+
+def kernel_names(fn) -> list[str]:
+    """The CUDA kernels one call of fn launches (torch.profiler)."""
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+@requires_cuda
+@pytest.mark.parametrize("pair", REGISTER_STREAM_PAIRS, ids="-".join)
+def test_each_variant_runs_its_kernel(fp4, ref, pair):
+    """The ids of SKINNY_KERNELS launch the kernel they name, so the tests below hold that one to the bound."""
+    m, n, k = 3, 264, 512
+    a, b, sfa, sfb = Operands(ref, *pair, m, n, k, seed=30).cuda()
+    out = poisoned_out(m, n)
+    for kernel, variant in SKINNY_KERNELS.items():
+        names = kernel_names(lambda v=variant: gemm(fp4, a, b, sfa, sfb, *pair, out, variant=v))
+        streamed = [name for name in names if "register_stream_kernel" in name]
+        staged = [name for name in names if "skinny_gemm_kernel" in name]
+        expected = (streamed, staged) if kernel == "register-stream" else (staged, streamed)
+        assert len(expected[0]) == 1 and not expected[1], f"{pair} {kernel}: launched {names}"
+
+
+@requires_cuda
+@pytest.mark.parametrize("m", range(1, 17))
+@pytest.mark.parametrize("n", [8, 4104])
+@pytest.mark.parametrize("pair", REGISTER_STREAM_PAIRS, ids="-".join)
+def test_register_stream_every_m_within_the_bound(fp4, ref, pair, n, m):
+    """N = 8: one tile half past N; 4104: whole tiles, then one with 8 rows. K = 1536: 6 steps a row."""
+    ops = Operands(ref, *pair, m, n, 1536, seed=700)  # one weight per (pair, N): quantized once
+    a, b, sfa, sfb = ops.cuda()
+    variant = SKINNY_KERNELS["register-stream"]
+    out = gemm(fp4, a, b, sfa, sfb, *pair, poisoned_out(m, n), alpha_scale=0.5, variant=variant)
+    assert_within_bound(out.cpu(), 0.5 * ops.product(), 0.5 * ops.a_dq, ops.b_dq, f"{pair} M={m} N={n}")
+
+
+@requires_cuda
+@pytest.mark.parametrize("tiles", [1, 3, 8])
+@pytest.mark.parametrize("warps", [1, 3, 8])
+@pytest.mark.parametrize("m", [1, 8, 13])
+def test_register_stream_every_knob_within_the_bound(fp4, ref, m, warps, tiles):
+    """warps: K slices of a CTA (more than a row has steps leaves some idle); stages: 16-row tiles per CTA."""
+    n, k = 520, 1280  # 5 steps of 256 elements a row: uneven slices
+    ops = Operands(ref, "nvfp4", "nvfp4", m, n, k, seed=800 + m)
+    a, b, sfa, sfb = ops.cuda()
+    out = gemm(fp4, a, b, sfa, sfb, "nvfp4", "nvfp4", poisoned_out(m, n), warps=warps, stages=tiles,
+               variant=SKINNY_KERNELS["register-stream"])  # fmt: skip
+    what = f"M={m} warps={warps} tiles={tiles}"
+    assert_within_bound(out.cpu(), ops.product(), ops.a_dq, ops.b_dq, what)
+
+
+@requires_cuda
+@pytest.mark.parametrize(
+    "scales", [(1.0, 1.0), (2.0**24, 2.0**-24), (2.0**-24, 2.0**24)], ids=["unit", "large-a", "large-b"]
+)
+@pytest.mark.parametrize("pair", REGISTER_STREAM_PAIRS, ids="-".join)
+def test_register_stream_adversarial_scales_within_the_bound(fp4, ref, pair, scales):
+    """MX block scales 2^k above one bf16 factor take the decode's second multiply."""
+    m, n, k = 5, 520, 1024
+    (a, b, sfa, sfb), a_dq, b_dq = gpu_operands(fp4, ref, *pair, m, n, k, seed=31, a_scale=scales[0],
+                                                b_scale=scales[1])  # fmt: skip
+    out = gemm(fp4, a, b, sfa, sfb, *pair, poisoned_out(m, n), variant=SKINNY_KERNELS["register-stream"])
+    assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"{pair} scales {scales}")
+
+
+@requires_cuda
+@pytest.mark.parametrize("m", [1, 8, 16])
+@pytest.mark.parametrize("pair", REGISTER_STREAM_PAIRS, ids="-".join)
+def test_register_stream_runs_are_bitwise_equal_and_replay_in_a_cuda_graph(fp4, ref, pair, m):
+    n, k = 4104, 5120
+    (a, b, sfa, sfb), a_dq, b_dq = gpu_operands(fp4, ref, *pair, m, n, k, seed=32)
+    variant = SKINNY_KERNELS["register-stream"]
+    first = gemm(fp4, a, b, sfa, sfb, *pair, poisoned_out(m, n), variant=variant)
+    for _ in range(2):
+        again = gemm(fp4, a, b, sfa, sfb, *pair, poisoned_out(m, n), variant=variant)
+        assert_bitwise_equal(again, first, f"{pair} M={m} run to run")
+    out = poisoned_out(m, n)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        gemm(fp4, a, b, sfa, sfb, *pair, out, variant=variant)
+    for _ in range(2):
+        out.view(torch.uint8).fill_(POISON_BYTE)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_bitwise_equal(out, first, f"{pair} M={m} graph replay")
+    assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"{pair} M={m} graph replay")

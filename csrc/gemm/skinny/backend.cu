@@ -1,5 +1,7 @@
-// The skinny backend: which problems the kernel of kernel.cuh serves, how a launch is planned
-// (slab warps, ring depth, the K split over a cluster, the grid), and the registration.
+// The skinny backend: which problems its two kernels serve, how a launch is planned, and the
+// registration. The staged kernel (kernel.cuh) serves every problem of the tier (slab warps, ring
+// depth, the K split over a cluster, the grid); the register-streaming kernel (register_stream.cuh)
+// dense 4-bit problems where it was measured faster (make_stream_plan).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include "csrc/gemm/grouping.cuh"
 #include "csrc/gemm/sm90/tensor_map.h"
 #include "csrc/gemm/skinny/kernel.cuh"
+#include "csrc/gemm/skinny/register_stream.cuh"
 
 namespace fp4_gemm::skinny {
 namespace {
@@ -28,6 +31,10 @@ constexpr int kDefaultLanes = 2;
 constexpr int kDefaultStages = 2;
 constexpr int kWideLanes = 4;  // where the K split cannot grow (make_plan): 256-byte stage rows
 constexpr int kMaxSplits = 8;      // the portable cluster size
+// GemmProblem::variant names a kernel of the tier (tests and benchmarks hold both to the reference;
+// no public function passes these ids): any other value lets the planner choose.
+constexpr int kVariantStaged = 3;
+constexpr int kVariantRegisterStream = 4;
 constexpr int kMaxDevices = 64;
 constexpr int64_t kScratchAlignment = 256;
 
@@ -97,7 +104,8 @@ bool supports(const GemmProblem& p) {
                            p.grouping == Grouping::Dense && p.m == 1 && p.n % 8 == 0 && p.k % 64 == 0)) {
     return false;
   }
-  return p.warps >= 0 && p.warps <= 8 && p.stages >= 0 && p.stages <= kMaxStages;
+  const int max_warps = p.variant == kVariantRegisterStream ? kStreamMaxWarps : 8;
+  return p.warps >= 0 && p.warps <= max_warps && p.stages >= 0 && p.stages <= kMaxStages;
 }
 
 // The kernel of an operand pair, and the power of two its codecs' values carry.
@@ -153,9 +161,9 @@ int device_attribute(int device, cudaDeviceAttr attribute) {
 
 // The dynamic shared memory a block of `kernel` may use on this device (what it may opt into, less
 // the kernel's static barriers), opted into once per kernel.
-int max_dynamic_shared_memory(int device, KernelFn kernel) {
+int max_dynamic_shared_memory(int device, const void* kernel) {
   static std::mutex mutex;
-  static std::map<std::pair<int, KernelFn>, int> cache;
+  static std::map<std::pair<int, const void*>, int> cache;
   const std::lock_guard<std::mutex> lock(mutex);
   const auto key = std::make_pair(device, kernel);
   const auto found = cache.find(key);
@@ -170,9 +178,9 @@ int max_dynamic_shared_memory(int device, KernelFn kernel) {
 
 // CTAs of a configuration resident at once on the whole device, in clusters of `splits`; asked once
 // per (device, kernel, shape).
-int64_t resident_ctas(int device, KernelFn kernel, int threads, size_t smem, int splits) {
+int64_t resident_ctas(int device, const void* kernel, int threads, size_t smem, int splits) {
   static std::mutex mutex;
-  static std::map<std::tuple<int, KernelFn, int, size_t, int>, int64_t> cache;
+  static std::map<std::tuple<int, const void*, int, size_t, int>, int64_t> cache;
   const std::lock_guard<std::mutex> lock(mutex);
   const auto key = std::make_tuple(device, kernel, threads, smem, splits);
   const auto found = cache.find(key);
@@ -265,14 +273,15 @@ Plan make_plan(const GemmProblem& p, int lanes) {
   plan.stages = p.stages > 0 ? p.stages : kDefaultStages;
   plan.threads = (kRowGroups * plan.lanes + 1) * 32;
   const int device = current_device();
-  size_shared_memory(p, plan, max_dynamic_shared_memory(device, plan.choice.kernel));
+  size_shared_memory(p, plan, max_dynamic_shared_memory(device, reinterpret_cast<const void*>(plan.choice.kernel)));
   plan.row_blocks = ceil_div(p.n, kBlockRows);
   plan.slabs = ceil_div(row_bytes(p.b.format, p.k), kSlabBytes);
   plan.row_stages = ceil_div(plan.slabs, plan.lanes);
   const int device_sms = device_attribute(device, cudaDevAttrMultiProcessorCount);
   const int sms = p.sm_count > 0 ? std::min(p.sm_count, device_sms) : device_sms;
   const auto capacity = [&](int splits) {
-    const int64_t ctas = resident_ctas(device, plan.choice.kernel, plan.threads, plan.smem, splits);
+    const int64_t ctas =
+        resident_ctas(device, reinterpret_cast<const void*>(plan.choice.kernel), plan.threads, plan.smem, splits);
     return ctas / splits * sms / device_sms * splits;  // whole clusters on the SMs allowed
   };
   const int64_t units = max_units(p, plan.row_blocks);
@@ -307,6 +316,135 @@ Plan make_plan(const GemmProblem& p) {
   return serial_stages(p, wide) < serial_stages(p, narrow) ? wide : narrow;
 }
 
+// The operand fields both kernels' arguments share (SkinnyArgs, StreamArgs).
+template <class Args>
+void set_operands(const GemmProblem& p, Args& args) {
+  args.a = static_cast<const uint8_t*>(p.a.values);
+  args.sfa = p.a.scales;
+  args.a_row_bytes = row_bytes(p.a.format, p.k);
+  args.sfa_k_tiles = block_scaled(p.a.format) ? sf_k_tiles(p.k / block_size(p.a.format)) : 0;
+  args.b = static_cast<const uint8_t*>(p.b.values);
+  args.sfb = p.b.scales;
+  args.b_row_bytes = row_bytes(p.b.format, p.k);
+  args.sfb_k_tiles = sf_k_tiles(p.k / block_size(p.b.format));
+}
+
+// ---- the register-streaming kernel ------------------------------------------------------------
+
+constexpr int kStreamStepsPerWarp = 4;  // the fewest steps of a row a warp's slice should hold
+constexpr int kStreamWideRows = 4;      // the most activation rows it runs on large weights (auto)
+
+using StreamKernelFn = void (*)(StreamArgs);
+
+struct StreamPlan {
+  StreamKernelFn kernel;
+  int unbias_exponent;
+  int token_tiles;
+  int warps;
+  int tiles_per_cta;
+  int64_t ctas;
+  int steps;
+  int token_stride;
+  int partial_offset;
+  size_t smem;
+};
+
+// Dense 4-bit weights in the row-major layout, A in their format or bf16, at most 16 rows.
+bool register_stream_supported(const GemmProblem& p) {
+  using F = OperandFormat;
+  if (p.grouping != Grouping::Dense || p.groups != 1 || p.m > kMaxTokens || p.b_interleaved) return false;
+  if (p.b.format != F::Nvfp4 && p.b.format != F::Mxfp4) return false;
+  return p.a.format == p.b.format || p.a.format == F::Bf16;
+}
+
+template <OperandFormat A, OperandFormat B>
+std::pair<StreamKernelFn, int> stream_kernel_for(int token_tiles) {
+  constexpr int kUnbias = OperandCodec<A>::kUnbiasExponent + OperandCodec<B>::kUnbiasExponent;
+  return {token_tiles == 2 ? &register_stream_kernel<A, B, 2> : &register_stream_kernel<A, B, 1>, kUnbias};
+}
+
+std::pair<StreamKernelFn, int> select_stream_kernel(const GemmProblem& p, int token_tiles) {
+  using F = OperandFormat;
+  const bool bf16 = p.a.format == F::Bf16;
+  if (p.b.format == F::Nvfp4) {
+    return bf16 ? stream_kernel_for<F::Bf16, F::Nvfp4>(token_tiles) : stream_kernel_for<F::Nvfp4, F::Nvfp4>(token_tiles);
+  }
+  return bf16 ? stream_kernel_for<F::Bf16, F::Mxfp4>(token_tiles) : stream_kernel_for<F::Mxfp4, F::Mxfp4>(token_tiles);
+}
+
+// Shared memory of (warps, tiles_per_cta): every activation row's fragments of all of K, then the
+// partial sums of every warp and tile.
+void size_stream_shared_memory(const GemmProblem& p, StreamPlan& plan) {
+  plan.token_stride = plan.steps * kStreamStepFragmentBytes + 64;  // 64 mod 128: no bank conflicts
+  plan.partial_offset = int(p.m + 1) * plan.token_stride;  // and a row of zeros
+  plan.smem = size_t(plan.partial_offset) + size_t(plan.tiles_per_cta) * plan.warps * 32 * 4 * plan.token_tiles * 4;
+}
+
+// The plan, or no kernel where the activations do not fit in shared memory. Warps: the knob (a
+// forced run), else one per kStreamStepsPerWarp steps of a row (at most 8: a slice of a few steps
+// leaves each warp's first loads unhidden). Tiles per CTA: the knob, else the fewest that fit the
+// grid in one wave of resident CTAs: measured on the H200 (benchmarks/NOTES.md), a second, partial
+// wave costs more than the CTAs' longer walks, and the activations are staged once per CTA.
+StreamPlan make_stream_plan(const GemmProblem& p, bool forced) {
+  StreamPlan plan{};
+  plan.token_tiles = p.m <= kTileTokens ? 1 : 2;
+  std::tie(plan.kernel, plan.unbias_exponent) = select_stream_kernel(p, plan.token_tiles);
+  plan.steps = int(ceil_div(row_bytes(p.b.format, p.k), kStreamStepBytes));
+  const int64_t warps = forced && p.warps > 0 ? p.warps : plan.steps / kStreamStepsPerWarp;
+  plan.warps = int(std::clamp<int64_t>(warps, 1, std::min(kStreamMaxWarps, plan.steps)));
+  const int64_t row_tiles = ceil_div(p.n, kStreamTileRows);
+  const int device = current_device();
+  const auto kernel = reinterpret_cast<const void*>(plan.kernel);
+  const int max_smem = max_dynamic_shared_memory(device, kernel);
+  plan.tiles_per_cta = 1;
+  size_stream_shared_memory(p, plan);
+  if (plan.smem > size_t(max_smem)) return StreamPlan{};
+  if (forced && p.stages > 0) {
+    plan.tiles_per_cta = int(std::min<int64_t>(p.stages, row_tiles));
+  } else {
+    const int64_t slots = std::max<int64_t>(1, resident_ctas(device, kernel, plan.warps * 32, plan.smem, 1));
+    plan.tiles_per_cta = int(std::clamp<int64_t>(ceil_div(row_tiles, slots), 1, kStreamMaxTiles));
+  }
+  size_stream_shared_memory(p, plan);
+  if (plan.smem > size_t(max_smem)) return StreamPlan{};
+  plan.ctas = ceil_div(row_tiles, plan.tiles_per_cta);
+  return plan;
+}
+
+// Where the register-streaming kernel runs: where the variant names it, else (auto) where it was
+// measured faster than the staged kernel on the H200 (benchmarks/NOTES.md): up to 8 activation rows
+// where the weight has at most two 16-row tiles per SM (there the staged kernel's 128-row units
+// leave SMs idle), and up to 4 where its grid has at least 1.5 CTAs per SM. Its CTAs stage all of K
+// of every activation row, which bounds the CTAs that fit on an SM (long K, more rows); with fewer
+// CTAs than that the SMs are unevenly loaded. A grid limited to some SMs (sm_count) runs the staged
+// kernel, whose grid is persistent.
+StreamPlan choose_stream_plan(const GemmProblem& p) {
+  if (p.variant == kVariantStaged || !register_stream_supported(p)) return StreamPlan{};
+  if (p.variant == kVariantRegisterStream) return make_stream_plan(p, true);
+  if (p.sm_count > 0 || p.m > kTileTokens) return StreamPlan{};
+  const StreamPlan plan = make_stream_plan(p, false);
+  const int64_t sms = device_attribute(current_device(), cudaDevAttrMultiProcessorCount);
+  const bool few_tiles = ceil_div(p.n, kStreamTileRows) <= 2 * sms;
+  const bool busy = p.m <= kStreamWideRows && 2 * plan.ctas >= 3 * sms;
+  return few_tiles || busy ? plan : StreamPlan{};
+}
+
+void run_register_stream(const GemmProblem& p, const StreamPlan& plan, cudaStream_t stream) {
+  StreamArgs args{};
+  set_operands(p, args);
+  args.n = p.n;
+  args.m = int(p.m);
+  args.row_chunks = int(args.b_row_bytes / kChunkBytes);
+  args.steps = plan.steps;
+  args.tiles_per_cta = plan.tiles_per_cta;
+  args.token_stride = plan.token_stride;
+  args.partial_offset = plan.partial_offset;
+  args.epilogue = p.epilogue;
+  args.unbias = exp2i(plan.unbias_exponent);
+  launch_kernel(plan.kernel, dim3(unsigned(plan.ctas)), dim3(unsigned(plan.warps * 32)), plan.smem, stream, p.pdl,
+                args);
+}
+
 int64_t span_bytes(const GemmProblem& p) { return ceil_div(2 * p.groups * 4, kScratchAlignment) * kScratchAlignment; }
 
 // Contiguous problems: each group's span of rows (find_group_spans, from the ids on the device).
@@ -338,20 +476,18 @@ void launch(const Plan& plan, const SkinnyArgs& args, bool pdl, cudaStream_t str
 }
 
 void run(const GemmProblem& p, cudaStream_t stream) {
+  const StreamPlan stream_plan = choose_stream_plan(p);
+  if (stream_plan.kernel != nullptr) {
+    run_register_stream(p, stream_plan, stream);
+    return;
+  }
   const Plan plan = make_plan(p);
   SkinnyArgs args{};
   if (!p.b_interleaved) {
     args.b_map = sm90::byte_matrix_map(p.b.values, p.groups * p.n, row_bytes(p.b.format, p.k), plan.row_stride,
                                        kBlockRows);
   }
-  args.a = static_cast<const uint8_t*>(p.a.values);
-  args.sfa = p.a.scales;
-  args.a_row_bytes = row_bytes(p.a.format, p.k);
-  args.sfa_k_tiles = block_scaled(p.a.format) ? sf_k_tiles(p.k / block_size(p.a.format)) : 0;
-  args.b = static_cast<const uint8_t*>(p.b.values);
-  args.sfb = p.b.scales;
-  args.b_row_bytes = row_bytes(p.b.format, p.k);
-  args.sfb_k_tiles = sf_k_tiles(p.k / block_size(p.b.format));
+  set_operands(p, args);
   args.n = p.n;
   args.row_blocks = plan.row_blocks;
   args.slabs = plan.slabs;

@@ -55,7 +55,7 @@ constexpr int kRowGroups = kBlockRows / kGroupRows;
 constexpr int kSlabBytes = 64;   // bytes of a row a consumer warp takes from a stage
 constexpr int kChunkBytes = 16;  // one lane's read
 constexpr int kSlabChunks = kSlabBytes / kChunkBytes;
-constexpr int kChunkWords = kChunkBytes / 4;
+static_assert(kChunkWords == kChunkBytes / 4);
 constexpr int kMaxLanes = 4;     // slab warps per row group
 constexpr int kMaxStages = 8;
 constexpr int kPartialStride = kBlockRows + 4;  // floats per activation row of the partial sums
@@ -131,14 +131,12 @@ struct SkinnyKernel {
   static constexpr int kTokens = kTokenTiles * kTileTokens;
   static constexpr int kActWordBytes = kPairs * 4;                       // one lane's word of a fragment
   static constexpr int kActChunkBytes = kChunkWords * 32 * kActWordBytes;  // one (slab, token tile)
-  static constexpr int kARawBytes = kBf16A ? kChunkElements * 2 : kChunkBytes;  // A bytes per chunk
-  static constexpr int kARawVectors = kARawBytes / 16;
+  using Chunk = ActivationChunk<kA, kB>;
   using Acc = float[kGroupTiles][kTokenTiles][4];
 
-  // The bytes of one lane's chunk of the activation rows, loaded a stage ahead.
+  // One lane's chunk of the activation rows, loaded a stage ahead.
   struct ActivationRaw {
-    uint4 values[kARawVectors];
-    uint32_t codes;  // scale codes of the chunk's blocks (block-scaled A)
+    Chunk chunk;
     bool valid;
   };
 
@@ -151,32 +149,13 @@ struct SkinnyKernel {
     const int64_t chunk = slab * kSlabChunks + (lane & 3);
     raw.valid = token < unit.tokens && chunk * kChunkBytes < args.b_row_bytes;
     if (!raw.valid) return;
-    const int64_t row = unit.a_row0 + token;
-    const uint4* src = reinterpret_cast<const uint4*>(args.a + row * args.a_row_bytes + chunk * kARawBytes);
-#pragma unroll
-    for (int i = 0; i < kARawVectors; ++i) raw.values[i] = __ldg(src + i);
-    if constexpr (!kBf16A) {
-      const int64_t block = chunk * kChunkElements / OperandCodec<kA>::kBlock;
-      const uint8_t* word = args.sfa + sf_offset(row, block & ~int64_t{3}, args.sfa_k_tiles);
-      raw.codes = __ldg(reinterpret_cast<const uint32_t*>(word)) >> (8 * (block & 3));
-    }
+    raw.chunk.load(args.a, args.sfa, args.a_row_bytes, args.sfa_k_tiles, unit.a_row0 + token, chunk);
   }
 
   // The lane's four words as the B fragments of their mma steps (zeros where no data lies).
   __device__ __forceinline__ static void store_activation(const ActivationRaw& raw, uint8_t* chunk_buffer, int lane) {
     uint32_t pairs[kChunkWords][kPairs] = {};
-    if (raw.valid) {
-      if constexpr (kBf16A) {
-#pragma unroll
-        for (int w = 0; w < kChunkWords; ++w) Bf16Gather<kB>::gather(raw.values, w, pairs[w]);
-      } else {
-        using CodecA = OperandCodec<kA>;
-        const typename CodecA::Factors factors = CodecA::factors(raw.codes);
-        const uint32_t words[kChunkWords] = {raw.values[0].x, raw.values[0].y, raw.values[0].z, raw.values[0].w};
-#pragma unroll
-        for (int w = 0; w < kChunkWords; ++w) CodecA::template decode<true>(words[w], factors, w, pairs[w]);
-      }
-    }
+    if (raw.valid) raw.chunk.fragments(pairs);
 #pragma unroll
     for (int w = 0; w < kChunkWords; ++w) {
       uint8_t* dst = chunk_buffer + w * (32 * kActWordBytes) + lane * kActWordBytes;

@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "csrc/common/dequant.cuh"
+#include "csrc/common/sf_layout.cuh"
 #include "csrc/gemm/problem.h"
 
 namespace fp4_gemm::skinny {
@@ -176,6 +177,8 @@ struct OperandCodec<OperandFormat::Mxfp8> : MxCodec<8, 120, 7> {
   }
 };
 
+constexpr int kChunkWords = 4;  // 32-bit words of a 16-byte chunk
+
 // bf16 activations carry their values as they are; Bf16Gather puts them in B's element order.
 template <>
 struct OperandCodec<OperandFormat::Bf16> {
@@ -214,6 +217,48 @@ struct Bf16Gather {
       const uint32_t hi = w % 2 ? v.w : v.y;
       pairs[0] = __byte_perm(lo, hi, 0x5410);
       pairs[1] = __byte_perm(lo, hi, 0x7632);
+    }
+  }
+};
+
+// One 16-byte chunk of B's K range (chunk c: B's elements [c E, (c + 1) E), E = kChunkElements)
+// read from an activation row in A's format, and its four words as B fragments in B's element
+// order: what both skinny kernels stage in shared memory before their weight loops.
+template <OperandFormat kA, OperandFormat kB>
+struct ActivationChunk {
+  static constexpr bool kBf16 = kA == OperandFormat::Bf16;
+  static constexpr int kChunkElements = WordShape<kB>::kChunkElements;
+  static constexpr int kPairs = WordShape<kB>::kPairs;
+  static constexpr int kRawBytes = kBf16 ? kChunkElements * 2 : 16;  // bytes of A per chunk
+  static constexpr int kVectors = kRawBytes / 16;
+
+  uint4 values[kVectors];
+  uint32_t codes;  // scale codes of the chunk's blocks from bit 0 (block-scaled A)
+
+  // Chunk `chunk` of row `row` of A ([rows, a_row_bytes], SfAtom scales sfa of sfa_k_tiles K tiles).
+  __device__ __forceinline__ void load(const uint8_t* a, const uint8_t* sfa, int64_t a_row_bytes, int64_t sfa_k_tiles,
+                                       int64_t row, int64_t chunk) {
+    const uint4* src = reinterpret_cast<const uint4*>(a + row * a_row_bytes + chunk * kRawBytes);
+#pragma unroll
+    for (int i = 0; i < kVectors; ++i) values[i] = __ldg(src + i);
+    if constexpr (!kBf16) {
+      const int64_t block = chunk * kChunkElements / OperandCodec<kA>::kBlock;
+      const uint8_t* word = sfa + sf_offset(row, block & ~int64_t{3}, sfa_k_tiles);
+      codes = __ldg(reinterpret_cast<const uint32_t*>(word)) >> (8 * (block & 3));
+    }
+  }
+
+  // pairs[w]: word w's B fragments (kPairs bf16 pairs), decoded (block-scaled A) or gathered (bf16).
+  __device__ __forceinline__ void fragments(uint32_t (&pairs)[kChunkWords][kPairs]) const {
+    if constexpr (kBf16) {
+#pragma unroll
+      for (int w = 0; w < kChunkWords; ++w) Bf16Gather<kB>::gather(values, w, pairs[w]);
+    } else {
+      using CodecA = OperandCodec<kA>;
+      const typename CodecA::Factors factors = CodecA::factors(codes);
+      const uint32_t words[kChunkWords] = {values[0].x, values[0].y, values[0].z, values[0].w};
+#pragma unroll
+      for (int w = 0; w < kChunkWords; ++w) CodecA::template decode<true>(words[w], factors, w, pairs[w]);
     }
   }
 };

@@ -1,7 +1,8 @@
 // The instructions of the skinny kernel beyond those it shares with the Hopper engine (mbarriers,
 // TMA and bulk copies, named barriers: sm90/ptx.cuh, which are sm_90 instructions every later arch
 // has too), one thin wrapper each: the bf16 tensor-core MMA (mma.sync m16n8k16), mbarrier waits and
-// arrivals across the CTAs of a cluster, cluster barriers and distributed shared memory loads.
+// arrivals across the CTAs of a cluster, cluster barriers and distributed shared memory loads, and
+// the streaming global load of the register-streaming kernel.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -26,6 +27,16 @@ __device__ __forceinline__ void mma_bf16_16x8x16(float (&d)[4], const uint32_t (
       "{%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// 16 bytes of data that no thread writes while the kernel runs, not kept in L1 (each byte is read
+// once), with a hint that L2 fetch the 256-byte segment around it (the next step of the same row).
+__device__ __forceinline__ uint4 load_streaming(const void* ptr) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(ptr));
+  return v;
 }
 
 // ---- the cluster -----------------------------------------------------------------------------------

@@ -1,0 +1,325 @@
+// The register-streaming skinny kernel: out = epilogue(A @ B^T) for a dense problem of at most 16
+// activation rows against 4-bit weights (NVFP4, MXFP4), A in B's format or bf16 (W4A16)
+// (docs/API.md, "Decode and speculative-verify kernels"; reference: reference.gemm).
+//
+// Work. A CTA of W warps owns P consecutive 16-row tiles of B (the mma's M side) and all of K:
+// warp w streams K slice w of W (whole steps of 128 bytes of a row) of each of its tiles in turn.
+// No shared stages, no producer warp, no mbarriers: lane (g, t) loads chunks 2t and 2t + 1 (16 bytes
+// each) of every step of rows g and g + 8 straight into registers with non-allocating loads, the
+// next step's while it decodes this one, and the scale codes of those chunks' blocks with one load
+// per row (four NVFP4 or two MXFP4 blocks: consecutive bytes of the SfAtom layout). Rows past N
+// and chunks past K are never read: their words and codes are zeros.
+//
+// Activations. Before the weight loop the CTA decodes (block-scaled A) or gathers (bf16 A) its M
+// rows, all of K, once into shared memory as the mma's B fragments in the weights' element order
+// (operands.cuh's ActivationChunk), the chunks of the last step past K as zeros; one
+// __syncthreads. The weight loop then reads one 16-byte fragment per word and token tile with a
+// shared load (the lanes of tokens past M read a row of zeros).
+//
+// Reduction, in a fixed order: each warp stores its accumulators of every tile to shared memory;
+// after one __syncthreads the CTA sums the W slices in warp order, applies the epilogue
+// (epilogue.cuh) and stores. No global scratch, no atomics: results are bitwise equal run to run
+// and under CUDA-graph replay.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "csrc/common/launch.cuh"
+#include "csrc/common/sf_layout.cuh"
+#include "csrc/gemm/epilogue.cuh"
+#include "csrc/gemm/problem.h"
+#include "csrc/gemm/skinny/operands.cuh"
+#include "csrc/gemm/skinny/primitives.cuh"
+
+namespace fp4_gemm::skinny {
+
+constexpr int kStreamTileRows = 16;                          // weight rows of a warp: one mma's M side
+constexpr int kStreamStepBytes = 128;                        // bytes of a row one warp step takes
+constexpr int kStreamStepChunks = kStreamStepBytes / 16;     // 16-byte chunks: two per lane
+constexpr int kStreamFragmentBytes = 16;                     // one lane's four bf16 pairs of a word
+constexpr int kStreamStepFragmentBytes = kStreamStepChunks * kChunkWords * kStreamFragmentBytes;
+constexpr int kStreamMaxWarps = 8;
+constexpr int kStreamMaxTiles = 32;
+
+struct StreamArgs {
+  const uint8_t* a;    // [m, a_row_bytes]: block-scaled values, or bf16
+  const uint8_t* sfa;  // SfAtom scales of A's rows (block-scaled A)
+  int64_t a_row_bytes;
+  int64_t sfa_k_tiles;
+  const uint8_t* b;    // [n, b_row_bytes] row-major
+  const uint8_t* sfb;  // SfAtom scales of B's rows
+  int64_t b_row_bytes;
+  int64_t sfb_k_tiles;
+  int64_t n;
+  int m;               // activation rows (<= 8 per token tile)
+  int row_chunks;      // b_row_bytes / 16
+  int steps;           // ceil(row_chunks / 8): the steps of a row
+  int tiles_per_cta;   // P
+  int token_stride;    // bytes of one activation row's fragments in shared memory (64 mod 128)
+  int partial_offset;  // the partial sums, after the activations
+  GemmEpilogue epilogue;
+  float unbias;        // 2^(the codecs' unbias exponents)
+};
+
+template <OperandFormat kA, OperandFormat kB, int kTokenTiles>
+struct RegisterStreamKernel {
+  using CodecB = OperandCodec<kB>;
+  using Chunk = ActivationChunk<kA, kB>;
+  static_assert(CodecB::kElementBits == 4, "the register-streaming kernel reads 4-bit weights");
+  static constexpr int kPairs = WordShape<kB>::kPairs;
+  static constexpr int kMmaSteps = kPairs / 2;  // mma k16 steps per word
+  static constexpr int kChunkBlocks = WordShape<kB>::kChunkElements / CodecB::kBlock;  // 2 NVFP4, 1 MXFP4
+  static constexpr int kLaneBlocks = 2 * kChunkBlocks;  // scale bytes of a lane's two chunks of a row
+  // Bytes between the scale groups of consecutive steps (SfAtom: 4 blocks per 512-byte tile column).
+  static constexpr int kScaleStepBytes = kStreamStepChunks * kChunkBlocks / kSfTileCols * kSfTileBytes;
+  static constexpr int kAcc = 4 * kTokenTiles;
+
+  // One lane's registers of a step: rows g and g + 8, chunks 2t and 2t + 1.
+  struct Step {
+    uint32_t words[2][2][kChunkWords];
+    uint32_t codes[2];
+  };
+
+  // One lane's two rows at its chunks of the current step, and how many chunks of each it may read
+  // (the row's, or none past N).
+  struct LaneRows {
+    const uint8_t* values[2];
+    const uint8_t* scales[2];
+    int limit[2];
+  };
+
+  // ---- the activations ---------------------------------------------------------------------------
+
+  // Chunk c of a token's row at: step c / 8, then (chunk parity h, word w), then lane t = (c % 8) / 2,
+  // so that the four lanes of a quarter warp read 64 consecutive bytes.
+  __device__ __forceinline__ static int fragment_offset(int c, int w) {
+    return (c / kStreamStepChunks) * kStreamStepFragmentBytes + ((c % 2) * kChunkWords + w) * 64 +
+           ((c % kStreamStepChunks) / 2) * kStreamFragmentBytes;
+  }
+
+  // Rows 0 .. m - 1 of A, then a row of zeros that the lanes of the tokens past M read.
+  __device__ static void stage_activations(const StreamArgs& args, uint8_t* act) {
+    const int chunks = args.steps * kStreamStepChunks;
+    const int items = (args.m + 1) * chunks;
+    for (int item = int(threadIdx.x); item < items; item += int(blockDim.x)) {
+      const int token = item / chunks;
+      const int c = item % chunks;
+      uint32_t pairs[kChunkWords][kPairs] = {};
+      if (token < args.m && c < args.row_chunks) {
+        Chunk chunk;
+        chunk.load(args.a, args.sfa, args.a_row_bytes, args.sfa_k_tiles, token, c);
+        chunk.fragments(pairs);
+      }
+      uint8_t* row = act + token * args.token_stride;
+#pragma unroll
+      for (int w = 0; w < kChunkWords; ++w) {
+        *reinterpret_cast<uint4*>(row + fragment_offset(c, w)) = make_uint4(pairs[w][0], pairs[w][1], pairs[w][2],
+                                                                           pairs[w][3]);
+      }
+    }
+  }
+
+  // ---- the weight stream -------------------------------------------------------------------------
+
+  // The step whose first chunk (of the lane) is `chunk`, then the rows move to the next step.
+  // kMasked: chunks at or past a row's limit are not read and hold zeros (words and scale codes).
+  template <bool kMasked>
+  __device__ __forceinline__ static void load_step(LaneRows& rows, int chunk, Step& s) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (!kMasked || chunk + c < rows.limit[h]) v = load_streaming(rows.values[h] + c * 16);
+        s.words[h][c][0] = v.x, s.words[h][c][1] = v.y, s.words[h][c][2] = v.z, s.words[h][c][3] = v.w;
+      }
+      uint32_t codes = 0;
+      if (!kMasked || chunk < rows.limit[h]) {
+        if constexpr (kLaneBlocks == 4) {
+          codes = __ldg(reinterpret_cast<const uint32_t*>(rows.scales[h]));
+        } else {
+          codes = __ldg(reinterpret_cast<const uint16_t*>(rows.scales[h]));
+        }
+      }
+      // A second chunk past K: its blocks' codes are padding (possibly NaN codes), never used.
+      if (kMasked && chunk + 1 >= rows.limit[h]) codes &= (1u << (8 * kChunkBlocks)) - 1;
+      s.codes[h] = codes;
+      rows.values[h] += kStreamStepBytes;
+      rows.scales[h] += kScaleStepBytes;
+    }
+  }
+
+  // acc[tt] += B(16 rows, step) x act(tt)^T. kRest: the MX factors' second multiply (operands.cuh).
+  template <bool kRest>
+  __device__ __forceinline__ static void mma_step(const Step& s, const typename CodecB::Factors (&f)[2][2],
+                                                  const uint8_t* const (&act)[kTokenTiles], int offset,
+                                                  float (&acc)[kTokenTiles][4]) {
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+#pragma unroll
+      for (int w = 0; w < kChunkWords; ++w) {
+        uint32_t x[kTokenTiles][kPairs];
+#pragma unroll
+        for (int tt = 0; tt < kTokenTiles; ++tt) {
+          const uint4 v = *reinterpret_cast<const uint4*>(act[tt] + offset + (c * kChunkWords + w) * 64);
+          x[tt][0] = v.x, x[tt][1] = v.y, x[tt][2] = v.z, x[tt][3] = v.w;
+        }
+        uint32_t p[2][kPairs];
+        CodecB::template decode<kRest>(s.words[0][c][w], f[0][c], w, p[0]);
+        CodecB::template decode<kRest>(s.words[1][c][w], f[1][c], w, p[1]);
+#pragma unroll
+        for (int k = 0; k < kMmaSteps; ++k) {
+          const uint32_t a_frag[4] = {p[0][2 * k], p[1][2 * k], p[0][2 * k + 1], p[1][2 * k + 1]};
+#pragma unroll
+          for (int tt = 0; tt < kTokenTiles; ++tt) {
+            const uint32_t b_frag[2] = {x[tt][2 * k], x[tt][2 * k + 1]};
+            mma_bf16_16x8x16(acc[tt], a_frag, b_frag);
+          }
+        }
+      }
+    }
+  }
+
+  // act[tt]: this lane's fragments (token tt * 8 + g, or the zero row; lane t); offset: the step's.
+  __device__ __forceinline__ static void compute_step(const Step& s, const uint8_t* const (&act)[kTokenTiles],
+                                                      int offset, float (&acc)[kTokenTiles][4]) {
+    typename CodecB::Factors f[2][2];
+    bool twice = false;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        f[h][c] = CodecB::factors(s.codes[h] >> (8 * kChunkBlocks * c));
+        if constexpr (CodecB::kHasRest) twice = twice || f[h][c].twice;
+      }
+    }
+    if constexpr (CodecB::kHasRest) {
+      if (__any_sync(0xFFFFFFFFu, twice)) {
+        mma_step<true>(s, f, act, offset, acc);
+        return;
+      }
+    }
+    mma_step<false>(s, f, act, offset, acc);
+  }
+
+  // Steps [begin, end) of the lane's rows (at step `begin`), two register sets in turn: the next
+  // step's loads are in flight while this one is decoded. Only the last step of a row and a tile
+  // past N need masks (`whole`: the steps before `whole_steps` of a tile inside N).
+  __device__ __forceinline__ static void stream_slice(LaneRows& rows, const uint8_t* const (&act)[kTokenTiles],
+                                                      int begin, int end,
+                                                      int whole_steps, bool whole_tile, int t,
+                                                      float (&acc)[kTokenTiles][4]) {
+    const auto load = [&](int step, Step& s) {
+      if (whole_tile && step < whole_steps) {
+        load_step<false>(rows, step * kStreamStepChunks + 2 * t, s);
+      } else {
+        load_step<true>(rows, step * kStreamStepChunks + 2 * t, s);
+      }
+    };
+    Step even, odd;
+    load(begin, even);
+    for (int step = begin; step < end; step += 2) {
+      if (step + 1 < end) load(step + 1, odd);
+      compute_step(even, act, step * kStreamStepFragmentBytes, acc);
+      if (step + 1 < end) {
+        if (step + 2 < end) load(step + 2, even);
+        compute_step(odd, act, (step + 1) * kStreamStepFragmentBytes, acc);
+      }
+    }
+  }
+
+  // ---- the reduction and the epilogue ------------------------------------------------------------
+
+  // Tiles [first_tile, first_tile + tiles): the W slices summed in warp order, the epilogue, the
+  // store, as pairs of adjacent outputs.
+  __device__ static void store_tiles(const StreamArgs& args, const float* partial, int64_t first_tile, int tiles,
+                                     int warps) {
+    const GemmEpilogue& e = args.epilogue;
+    const float alpha = epilogue_alpha(e, 0) * args.unbias;
+    const int pairs = kStreamTileRows / 2;
+    const int items = tiles * args.m * pairs;
+    for (int item = int(threadIdx.x); item < items; item += int(blockDim.x)) {
+      const int tile = item / (args.m * pairs);
+      const int token = item / pairs % args.m;
+      const int r = 2 * (item % pairs);
+      const int64_t n = (first_tile + tile) * kStreamTileRows + r;
+      if (n >= args.n) continue;
+      float sum[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        // mma_bf16_16x8x16's accumulator: lane (g, t) holds rows g, g + 8 x tokens 2t, 2t + 1.
+        const int row = r + i;
+        const int lane = (row % 8) * 4 + (token % 8) / 2;
+        const int element = (token / 8) * 4 + (row / 8) * 2 + token % 2;
+        const float* src = partial + (int64_t(tile) * warps * 32 + lane) * kAcc + element;
+        float s = src[0];
+        for (int w = 1; w < warps; ++w) s += src[w * 32 * kAcc];
+        sum[i] = s;
+      }
+      const float y0 = epilogue_value(e, sum[0], alpha, token, n, args.n, 0);
+      const float y1 = n + 1 < args.n ? epilogue_value(e, sum[1], alpha, token, n + 1, args.n, 0) : 0.0f;
+      store_pair(e, token, n, args.n, y0, y1);
+    }
+  }
+
+  __device__ static void run(const StreamArgs& args) {
+    extern __shared__ __align__(128) uint8_t smem[];
+    griddep_wait();
+    griddep_launch_dependents();
+    stage_activations(args, smem);
+    __syncthreads();
+
+    const int warps = int(blockDim.x) / 32;
+    const int warp = int(threadIdx.x) / 32;
+    const int lane = int(threadIdx.x) % 32;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int begin = warp * args.steps / warps;
+    const int end = (warp + 1) * args.steps / warps;
+    const int64_t first_tile = int64_t(blockIdx.x) * args.tiles_per_cta;
+    const int64_t row_tiles = ceil_div(args.n, kStreamTileRows);
+    const int tiles = int(row_tiles - first_tile < args.tiles_per_cta ? row_tiles - first_tile : args.tiles_per_cta);
+    const uint8_t* act[kTokenTiles];
+#pragma unroll
+    for (int tt = 0; tt < kTokenTiles; ++tt) {
+      const int token = tt * 8 + g < args.m ? tt * 8 + g : args.m;
+      act[tt] = smem + token * args.token_stride + t * kStreamFragmentBytes;
+    }
+    float* partial = reinterpret_cast<float*>(smem + args.partial_offset);
+    // The lane's scale bytes of its first step: tile column t (NVFP4) or t / 2, bytes 2 (t % 2) (MXFP4).
+    const int scale_lane = (2 * t * kChunkBlocks / kSfTileCols) * kSfTileBytes + (2 * t * kChunkBlocks) % kSfTileCols;
+
+    const int whole_steps = args.row_chunks / kStreamStepChunks;
+    for (int p = 0; p < tiles; ++p) {
+      const int64_t row0 = (first_tile + p) * kStreamTileRows;
+      LaneRows rows;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t r = row0 + g + 8 * h;
+        rows.limit[h] = r < args.n ? args.row_chunks : 0;
+        rows.values[h] = args.b + r * args.b_row_bytes + int64_t(begin) * kStreamStepBytes + 2 * t * 16;
+        rows.scales[h] = args.sfb + sf_offset(r, 0, args.sfb_k_tiles) + scale_lane + int64_t(begin) * kScaleStepBytes;
+      }
+      float acc[kTokenTiles][4] = {};
+      if (begin < end) {
+        stream_slice(rows, act, begin, end, whole_steps, row0 + kStreamTileRows <= args.n, t, acc);
+      }
+      float* dst = partial + ((int64_t(p) * warps + warp) * 32 + lane) * kAcc;
+#pragma unroll
+      for (int tt = 0; tt < kTokenTiles; ++tt) {
+        *reinterpret_cast<float4*>(dst + 4 * tt) = make_float4(acc[tt][0], acc[tt][1], acc[tt][2], acc[tt][3]);
+      }
+    }
+    __syncthreads();
+    store_tiles(args, partial, first_tile, tiles, warps);
+  }
+};
+
+template <OperandFormat kA, OperandFormat kB, int kTokenTiles>
+__global__ void __launch_bounds__(kStreamMaxWarps * 32, 3) register_stream_kernel(const __grid_constant__ StreamArgs args) {
+  RegisterStreamKernel<kA, kB, kTokenTiles>::run(args);
+}
+
+}  // namespace fp4_gemm::skinny
