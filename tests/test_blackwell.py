@@ -343,6 +343,16 @@ def test_backend_serves_contiguous_groups_of_any_rows(fp4, cc, fmt):
     assert backend(fp4, cc, fmt, k=48, grouping="contiguous") != BACKENDS[cc]  # 24-byte NVFP4 rows
 
 
+@pytest.mark.parametrize("b_format", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("grouping", ["batched", "masked", "contiguous"])
+@pytest.mark.parametrize("cc", BLACKWELL)
+def test_grouped_w4a16_of_any_rows_per_group_runs_the_skinny_kernel_in_16_row_chunks(fp4, cc, grouping, b_format):
+    """No Blackwell kernel reads a bf16 A: the skinny kernel walks each group in 16-row chunks."""
+    require_built(cc)
+    for m in (1, 16, 17, 64, 256):
+        assert backend(fp4, cc, "bf16", b_format, m=m, grouping=grouping) == "skinny", f"{m=}"
+
+
 @pytest.mark.parametrize("grouping", ["masked", "contiguous"])
 @pytest.mark.parametrize("cc", BLACKWELL)
 def test_grouped_nvfp4_outputs_stay_with_the_reference(fp4, cc, grouping):

@@ -323,6 +323,13 @@ def test_engine_serves_bf16_activations_with_4_bit_or_bf16_weights(fp4, b_format
     assert backend(fp4, "bf16", b_format, m=256, n=4096, k=4096) == "sm90_engine"
 
 
+@pytest.mark.parametrize("grouping", ["batched", "masked", "contiguous"])
+def test_engine_serves_grouped_w4a16_above_16_rows_per_group(fp4, grouping):
+    """Not the skinny kernel's 16-row chunks (its path where no arch kernel reads a bf16 A)."""
+    assert backend(fp4, "bf16", "nvfp4", m=16, grouping=grouping) == "skinny"
+    assert backend(fp4, "bf16", "nvfp4", m=17, grouping=grouping) == "sm90_engine"
+
+
 def test_engine_leaves_bf16_activations_with_8_bit_weights_to_other_backends(fp4):
     assert backend(fp4, "bf16", "mxfp8") != "sm90_engine"
 

@@ -59,24 +59,30 @@ size_t float_type_bytes(FloatType type) { return type == FloatType::Fp32 ? 4 : 2
 int64_t max_unit_rows(const GemmProblem& p) {
   switch (p.grouping) {
     case Grouping::Batched:
-    case Grouping::Masked: return p.group_rows;
+    case Grouping::Masked: return std::min<int64_t>(p.group_rows, kMaxTokens);
     case Grouping::Contiguous: return std::min<int64_t>(p.m, kMaxTokens);
     default: return p.m;
   }
 }
 
+// Grouped bf16 activations (the W4A16 modes) with more rows per group than a unit holds, where no
+// arch kernel reads a bf16 A (every arch but sm_90, whose engine serves them): the units walk each
+// group in 16-row chunks, streaming its weight once per chunk.
+bool chunks_groups(const GemmProblem& p) {
+  return p.a.format == OperandFormat::Bf16 && p.cc != static_cast<int>(GemmArch::Sm90);
+}
+
 // Grouped problems whose groups own at most 16 rows each (batched, masked), or 16 on average
-// (contiguous: a group with more rows is streamed once per 16-row chunk). Every group's weight
-// rows must start on a 128-row SfAtom tile (N % 128 == 0) when there are several.
+// (contiguous: a group with more rows is streamed once per 16-row chunk); any rows under
+// chunks_groups. Every group's weight rows must start on a 128-row SfAtom tile (N % 128 == 0) when
+// there are several.
 bool grouping_supported(const GemmProblem& p) {
+  const bool group_rows_fit = p.group_rows >= 1 && (p.group_rows <= kMaxTokens || chunks_groups(p));
   switch (p.grouping) {
     case Grouping::Dense: return p.groups == 1 && p.m <= kMaxTokens;
-    case Grouping::Batched:
-      return p.group_rows >= 1 && p.group_rows <= kMaxTokens && p.m == p.groups * p.group_rows;
-    case Grouping::Masked:
-      return p.group_index != nullptr && p.group_rows >= 1 && p.group_rows <= kMaxTokens &&
-             p.m == p.groups * p.group_rows;
-    case Grouping::Contiguous: return p.group_index != nullptr && p.m <= kMaxTokens * p.groups;
+    case Grouping::Batched: return group_rows_fit && p.m == p.groups * p.group_rows;
+    case Grouping::Masked: return p.group_index != nullptr && group_rows_fit && p.m == p.groups * p.group_rows;
+    case Grouping::Contiguous: return p.group_index != nullptr && (p.m <= kMaxTokens * p.groups || chunks_groups(p));
   }
   return false;
 }
@@ -252,12 +258,13 @@ void size_shared_memory(const GemmProblem& p, Plan& plan, int max_smem) {
   plan.smem = size_t(plan.act_offset) + size_t(act_region);
 }
 
-// Units the problem may have: exact for dense, batched and masked (one per group and row block),
-// an upper bound for contiguous (sum over groups of ceil(rows / 16) <= ceil(m / 16) + groups).
+// Units the problem may have: exact for dense and batched (one per group, 16-row chunk and row
+// block), an upper bound for masked (counts below group_rows) and contiguous (sum over groups of
+// ceil(rows / 16) <= ceil(m / 16) + groups).
 int64_t max_units(const GemmProblem& p, int64_t row_blocks) {
   switch (p.grouping) {
     case Grouping::Batched:
-    case Grouping::Masked: return p.groups * row_blocks;
+    case Grouping::Masked: return p.groups * ceil_div(p.group_rows, kMaxTokens) * row_blocks;
     case Grouping::Contiguous: return (ceil_div(p.m, kMaxTokens) + std::min(p.groups, p.m)) * row_blocks;
     default: return row_blocks;
   }
