@@ -1,7 +1,7 @@
 // The skinny backend: which problems its two kernels serve, how a launch is planned, and the
 // registration. The staged kernel (kernel.cuh) serves every problem of the tier (slab warps, ring
 // depth, the K split over a cluster, the grid); the register-streaming kernel (register_stream.cuh)
-// dense 4-bit problems where it was measured faster (make_stream_plan).
+// dense 4-bit problems where it was measured faster (choose_stream_plan).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -340,7 +340,8 @@ void set_operands(const GemmProblem& p, Args& args) {
 // ---- the register-streaming kernel ------------------------------------------------------------
 
 constexpr int kStreamStepsPerWarp = 4;  // the fewest steps of a row a warp's slice should hold
-constexpr int kStreamWideRows = 4;      // the most activation rows it runs on large weights (auto)
+constexpr int kStreamLongSteps = kStreamMaxWarps * kStreamStepsPerWarp;  // one CTA's warps at 4 steps each
+constexpr int kStreamClusterRows = 3;   // activation rows from which the planner's split runs (auto)
 
 using StreamKernelFn = void (*)(StreamArgs);
 
@@ -457,22 +458,24 @@ StreamPlan make_stream_plan(const GemmProblem& p, bool forced) {
   return best;
 }
 
-// Where the register-streaming kernel runs: where the variant names it, else (auto) where it was
-// measured faster than the staged kernel on the H200 (benchmarks/NOTES.md): up to 8 activation rows
-// where the weight has at most two 16-row tiles per SM (there the staged kernel's 128-row units
-// leave SMs idle), and up to 4 where its grid has at least 1.5 CTAs per SM. Its CTAs stage all of K
-// of every activation row, which bounds the CTAs that fit on an SM (long K, more rows); with fewer
-// CTAs than that the SMs are unevenly loaded. A grid limited to some SMs (sm_count) runs the staged
-// kernel, whose grid is persistent.
+// Where the register-streaming kernel runs, and on which split: where the variant names it, else
+// (auto) as measured against the staged kernel on the H200 (benchmarks/NOTES.md, "K split over a
+// cluster"): every dense problem of up to 8 activation rows, and of 9 to 16 where a row has at most
+// kStreamLongSteps steps (there the staged kernel was faster). From kStreamClusterRows rows on, the
+// split of the least serial work (make_stream_plan); with fewer, staging the activations is cheap
+// and one CTA per K range measured fastest, unless that leaves its warps more than 4 steps each
+// (long K): then the fewest CTAs, a power of two, whose slices have at most kStreamLongSteps steps.
+// A grid limited to some SMs (sm_count) runs the staged kernel, whose grid is persistent.
 StreamPlan choose_stream_plan(const GemmProblem& p) {
   if (p.variant == kVariantStaged || !register_stream_supported(p)) return StreamPlan{};
   if (p.variant == kVariantRegisterStream) return make_stream_plan(p, true);
-  if (p.sm_count > 0 || p.m > kTileTokens) return StreamPlan{};
-  const StreamPlan plan = make_stream_plan(p, 1, false);
-  const int64_t sms = device_attribute(current_device(), cudaDevAttrMultiProcessorCount);
-  const bool few_tiles = ceil_div(p.n, kStreamTileRows) <= 2 * sms;
-  const bool busy = p.m <= kStreamWideRows && 2 * plan.ctas >= 3 * sms;
-  return few_tiles || busy ? plan : StreamPlan{};
+  if (p.sm_count > 0) return StreamPlan{};
+  const int64_t steps = ceil_div(row_bytes(p.b.format, p.k), kStreamStepBytes);
+  if (p.m > kTileTokens && steps > kStreamLongSteps) return StreamPlan{};
+  if (p.m >= kStreamClusterRows) return make_stream_plan(p, false);
+  int splits = 1;
+  while (splits < kMaxSplits && steps > int64_t(splits) * kStreamLongSteps) splits *= 2;
+  return make_stream_plan(p, splits, false);
 }
 
 // A launch in clusters of `splits` CTAs (none for 1), with programmatic dependent launch where asked.
