@@ -238,23 +238,30 @@ def test_k_tails_ignore_the_scale_padding(fp4, ref, fmt, k, kernel):
     assert_within_bound(out.cpu(), ops.product(), ops.a_dq, ops.b_dq, f"{fmt} K={k} {kernel}")
 
 
-@requires_cuda
-@pytest.mark.parametrize("kernel", list(SKINNY_KERNELS))
-@pytest.mark.parametrize("fmt", list(MODES))
-def test_nan_scales_make_their_row_and_column_nan(fp4, ref, fmt, kernel):
-    m, n, k = 9, 264, 256
+def assert_nan_scales_make_their_row_and_column_nan(fp4, ref, fmt: str, m: int, k: int, token: int, knobs: dict,
+                                                   what: str) -> None:  # fmt: skip
+    """The NaN scale code at block 1 of A's row `token` and at the last block of weight row 130: NaN in
+    exactly that output row and column."""
+    n = 264
     ops = Operands(ref, fmt, fmt, m, n, k, seed=11)
     a, b, sfa, sfb = ops.cuda()
     nkb = k // ref.FORMATS[fmt].group
     nan = ref.FORMATS[fmt].scale_nan
-    sfa.reshape(-1)[ref.sf_offset(4, 1, nkb)] = nan  # token 4, block 1
-    sfb.reshape(-1)[ref.sf_offset(130, nkb - 1, nkb)] = nan  # weight row 130, its last block
-    out = gemm(fp4, a, b, sfa, sfb, fmt, fmt, poisoned_out(m, n), **SKINNY_KERNELS[kernel])
+    sfa.reshape(-1)[ref.sf_offset(token, 1, nkb)] = nan
+    sfb.reshape(-1)[ref.sf_offset(130, nkb - 1, nkb)] = nan
+    out = gemm(fp4, a, b, sfa, sfb, fmt, fmt, poisoned_out(m, n), **knobs)
     nan_mask = out.isnan().cpu()
     expected = torch.zeros(m, n, dtype=torch.bool)
-    expected[4, :] = True
+    expected[token, :] = True
     expected[:, 130] = True
-    assert torch.equal(nan_mask, expected), f"{fmt} {kernel}: NaN at {nan_mask.nonzero().tolist()[:8]}"
+    assert torch.equal(nan_mask, expected), f"{what}: NaN at {nan_mask.nonzero().tolist()[:8]}"
+
+
+@requires_cuda
+@pytest.mark.parametrize("kernel", list(SKINNY_KERNELS))
+@pytest.mark.parametrize("fmt", list(MODES))
+def test_nan_scales_make_their_row_and_column_nan(fp4, ref, fmt, kernel):
+    assert_nan_scales_make_their_row_and_column_nan(fp4, ref, fmt, 9, 256, 4, SKINNY_KERNELS[kernel], f"{fmt} {kernel}")
 
 
 # ---- split-K, determinism, graphs ------------------------------------------------------------------
@@ -595,20 +602,10 @@ def test_register_stream_adversarial_scales_within_the_bound(fp4, ref, splits, p
 @pytest.mark.parametrize("splits", [3, 8])
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 def test_register_stream_cluster_nan_scales_make_their_row_and_column_nan(fp4, ref, fmt, splits):
-    """NaN scale codes in the slices of different ranks: K = 2048, 8 steps a row."""
-    m, n, k = 16, 264, 2048
-    ops = Operands(ref, fmt, fmt, m, n, k, seed=34)
-    a, b, sfa, sfb = ops.cuda()
-    nkb = k // ref.FORMATS[fmt].group
-    nan = ref.FORMATS[fmt].scale_nan
-    sfa.reshape(-1)[ref.sf_offset(11, 1, nkb)] = nan  # token 11, a block of rank 0's slice
-    sfb.reshape(-1)[ref.sf_offset(130, nkb - 1, nkb)] = nan  # weight row 130, its last block (the last rank's)
-    out = gemm(fp4, a, b, sfa, sfb, fmt, fmt, poisoned_out(m, n), variant=REGISTER_STREAM, splits=splits)
-    nan_mask = out.isnan().cpu()
-    expected = torch.zeros(m, n, dtype=torch.bool)
-    expected[11, :] = True
-    expected[:, 130] = True
-    assert torch.equal(nan_mask, expected), f"{fmt} S={splits}: NaN at {nan_mask.nonzero().tolist()[:8]}"
+    """NaN scale codes in the slices of different ranks: K = 2048 (8 steps a row), token 11's in rank
+    0's slice, weight row 130's in the last rank's."""
+    knobs = {"variant": REGISTER_STREAM, "splits": splits}
+    assert_nan_scales_make_their_row_and_column_nan(fp4, ref, fmt, 16, 2048, 11, knobs, f"{fmt} S={splits}")
 
 
 @requires_cuda
