@@ -82,11 +82,11 @@ def rotating(fn: Callable[..., Tensor], weights: list[tuple[Tensor, ...]]) -> Ca
 
 def gemm_op(fp4, a, b, sfa, sfb, a_format: str, b_format: str, out: Tensor, grouping: str = "dense",
             group_index: Tensor | None = None, group_rows: int = 0, warps: int = 0,
-            stages: int = 0, variant: int = -1) -> Tensor:  # fmt: skip
+            stages: int = 0, splits: int = 0, variant: int = -1) -> Tensor:  # fmt: skip
     fp4._gemm.GemmCall(
         a, b, None if a_format == "bf16" else sfa, sfb, a_format, b_format, grouping=grouping,
         group_index=group_index, group_rows=group_rows, out=out, variant=variant, warps=warps, stages=stages,
-        pdl=False,
+        splits=splits, pdl=False,
     ).run()  # fmt: skip
     return out
 

@@ -13,10 +13,15 @@ GELU_SLOPE = 1.13  # the largest slope of the erf GELU: an error of its input ca
 # The decode shapes (N, K) of the benchmark: the four qualification shapes, then MoE expert shapes.
 QUALIFICATION_SHAPES = [(17408, 5120), (5120, 17408), (12288, 5120), (8192, 8192)]
 EXPERT_SHAPES = [(4096, 7168), (7168, 2048), (2048, 7168), (1536, 7168)]
-# The skinny tier's kernels by the GemmProblem variant that names them (csrc/gemm/skinny/backend.cu):
-# the staged kernel serves every problem of the tier, the register-streaming kernel dense problems
-# with 4-bit weights whose activations fit in shared memory (elsewhere its id runs the staged one).
-SKINNY_KERNELS = {"staged": 3, "register-stream": 4}
+# The skinny tier's kernels by the `gemm` knobs that name them (csrc/gemm/skinny/backend.cu): the
+# staged kernel (variant 3) serves every problem of the tier, the register-streaming kernel (variant
+# 4) dense problems with 4-bit weights whose activations fit in shared memory (elsewhere its id runs
+# the staged one), as one CTA per K range (splits 1) or with K split over a cluster of CTAs.
+SKINNY_KERNELS = {
+    "staged": {"variant": 3},
+    "register-stream": {"variant": 4, "splits": 1},
+    "register-stream-cluster": {"variant": 4, "splits": 2},
+}
 REGISTER_STREAM_PAIRS = [("nvfp4", "nvfp4"), ("mxfp4", "mxfp4"), ("bf16", "nvfp4"), ("bf16", "mxfp4")]
 
 
@@ -62,14 +67,14 @@ class Operands:
 
 def gemm(fp4, a, b, sfa, sfb, a_format: str, b_format: str, out: torch.Tensor, *, alpha=None, alpha_scale=1.0,
          bias=None, residual=None, activation="none", grouping="dense", group_index=None, group_rows=0,
-         sm_count=-1, warps=0, stages=0, interleaved=False, variant=-1) -> torch.Tensor:  # fmt: skip
+         sm_count=-1, warps=0, stages=0, splits=0, interleaved=False, variant=-1) -> torch.Tensor:  # fmt: skip
     """The `gemm` op directly (what every public GEMM function calls), into out; a bf16 A has no sfa.
-    variant: one of SKINNY_KERNELS' ids runs that kernel of the skinny tier."""
+    variant (and splits): SKINNY_KERNELS' knobs run that kernel of the skinny tier."""
     out_format = {torch.bfloat16: "bf16", torch.float16: "fp16"}[out.dtype]
     fp4._gemm.GemmCall(
         a, b, None if a_format == "bf16" else sfa, sfb, a_format, b_format, interleaved, grouping, group_index,
         group_rows, alpha, alpha_scale, bias, residual, activation, out, None, out_format, variant=variant,
-        sm_count=sm_count, warps=warps, stages=stages, pdl=False,
+        sm_count=sm_count, warps=warps, stages=stages, splits=splits, pdl=False,
     ).run()  # fmt: skip
     return out
 

@@ -232,29 +232,36 @@ def test_k_tails_ignore_the_scale_padding(fp4, ref, fmt, k, kernel):
     out = poisoned_out(m, n, torch.float16)
     fp4._gemm.GemmCall(
         a, b, sfa, sfb, "nvfp4" if fmt == "e0m3" else fmt, fmt, out=out, out_format="fp16",
-        variant=SKINNY_KERNELS[kernel], pdl=False,
+        **SKINNY_KERNELS[kernel], pdl=False,
     ).run()  # fmt: skip
     assert backend(fp4, "nvfp4" if fmt == "e0m3" else fmt, fmt, m=m, n=n, k=k) == "skinny"
     assert_within_bound(out.cpu(), ops.product(), ops.a_dq, ops.b_dq, f"{fmt} K={k} {kernel}")
+
+
+def assert_nan_scales_make_their_row_and_column_nan(fp4, ref, fmt: str, m: int, k: int, token: int, knobs: dict,
+                                                   what: str) -> None:  # fmt: skip
+    """The NaN scale code at block 1 of A's row `token` and at the last block of weight row 130: NaN in
+    exactly that output row and column."""
+    n = 264
+    ops = Operands(ref, fmt, fmt, m, n, k, seed=11)
+    a, b, sfa, sfb = ops.cuda()
+    nkb = k // ref.FORMATS[fmt].group
+    nan = ref.FORMATS[fmt].scale_nan
+    sfa.reshape(-1)[ref.sf_offset(token, 1, nkb)] = nan
+    sfb.reshape(-1)[ref.sf_offset(130, nkb - 1, nkb)] = nan
+    out = gemm(fp4, a, b, sfa, sfb, fmt, fmt, poisoned_out(m, n), **knobs)
+    nan_mask = out.isnan().cpu()
+    expected = torch.zeros(m, n, dtype=torch.bool)
+    expected[token, :] = True
+    expected[:, 130] = True
+    assert torch.equal(nan_mask, expected), f"{what}: NaN at {nan_mask.nonzero().tolist()[:8]}"
 
 
 @requires_cuda
 @pytest.mark.parametrize("kernel", list(SKINNY_KERNELS))
 @pytest.mark.parametrize("fmt", list(MODES))
 def test_nan_scales_make_their_row_and_column_nan(fp4, ref, fmt, kernel):
-    m, n, k = 9, 264, 256
-    ops = Operands(ref, fmt, fmt, m, n, k, seed=11)
-    a, b, sfa, sfb = ops.cuda()
-    nkb = k // ref.FORMATS[fmt].group
-    nan = ref.FORMATS[fmt].scale_nan
-    sfa.reshape(-1)[ref.sf_offset(4, 1, nkb)] = nan  # token 4, block 1
-    sfb.reshape(-1)[ref.sf_offset(130, nkb - 1, nkb)] = nan  # weight row 130, its last block
-    out = gemm(fp4, a, b, sfa, sfb, fmt, fmt, poisoned_out(m, n), variant=SKINNY_KERNELS[kernel])
-    nan_mask = out.isnan().cpu()
-    expected = torch.zeros(m, n, dtype=torch.bool)
-    expected[4, :] = True
-    expected[:, 130] = True
-    assert torch.equal(nan_mask, expected), f"{fmt} {kernel}: NaN at {nan_mask.nonzero().tolist()[:8]}"
+    assert_nan_scales_make_their_row_and_column_nan(fp4, ref, fmt, 9, 256, 4, SKINNY_KERNELS[kernel], f"{fmt} {kernel}")
 
 
 # ---- split-K, determinism, graphs ------------------------------------------------------------------
@@ -340,10 +347,10 @@ def test_decode_shapes_within_the_bound(fp4, ref, nk, pair, m):
     n, k = nk
     (a, b, sfa, sfb), a_dq, b_dq = gpu_operands(fp4, ref, *pair, m, n, k, seed=15)
     assert backend(fp4, *pair, m=m, n=n, k=k) == "skinny"
-    variants = SKINNY_KERNELS.values() if pair in REGISTER_STREAM_PAIRS else [-1]
-    for variant in variants:
-        out = gemm(fp4, a, b, sfa, sfb, *pair, poisoned_out(m, n), variant=variant)
-        assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"{pair} M={m} {n}x{k} variant={variant}")
+    kernels = SKINNY_KERNELS.items() if pair in REGISTER_STREAM_PAIRS else [("auto", {})]
+    for kernel, knobs in kernels:
+        out = gemm(fp4, a, b, sfa, sfb, *pair, poisoned_out(m, n), **knobs)
+        assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"{pair} M={m} {n}x{k} {kernel}")
 
 
 # ---- W4A16: bf16 activations over NVFP4, MXFP4 and MXFP8 weights (the gemm op, a_format "bf16") -----
@@ -377,7 +384,7 @@ def test_every_epilogue_of_both_kernels_within_the_bound(fp4, ref, kernel, pair,
             for activation in ("none", "gelu", "relu2"):
                 out = gemm(fp4, a, b, sfa, sfb, *pair, poisoned_out(m, n, out_dtype), alpha=alpha, bias=bias.cuda(),
                            residual=residual.cuda(), activation=activation,
-                           variant=SKINNY_KERNELS[kernel])  # fmt: skip
+                           **SKINNY_KERNELS[kernel])  # fmt: skip
                 what = f"{kernel} {pair} M={m} out {out_dtype} bias {bias_dtype} {activation}"
                 assert_epilogue_within_bound(out, ops, 0.75, bias, residual, activation, what)
 
@@ -499,7 +506,10 @@ def test_tier_rules_raise_before_launch(fp4, ref):
     torch.cuda.synchronize()  # nothing was launched that could have failed
 
 
-# ---- the register-streaming kernel by name (variant 4): every M, pair, tail and knob ----------------
+# ---- the register-streaming kernel by name (variant 4): every M, pair, tail, knob and K split ------
+
+REGISTER_STREAM = SKINNY_KERNELS["register-stream"]["variant"]
+SPLITS = [1, 3, 8]  # one CTA per K range; clusters of 3 (uneven slices) and 8 (ranks with no step)
 
 
 def kernel_names(fn) -> list[str]:
@@ -514,44 +524,63 @@ def kernel_names(fn) -> list[str]:
 @requires_cuda
 @pytest.mark.parametrize("pair", REGISTER_STREAM_PAIRS, ids="-".join)
 def test_each_variant_runs_its_kernel(fp4, ref, pair):
-    """The ids of SKINNY_KERNELS launch the kernel they name, so the tests below hold that one to the bound."""
+    """The knobs of SKINNY_KERNELS launch the kernel they name, so the tests below hold that one to the bound."""
     m, n, k = 3, 264, 512
     a, b, sfa, sfb = Operands(ref, *pair, m, n, k, seed=30).cuda()
     out = poisoned_out(m, n)
-    for kernel, variant in SKINNY_KERNELS.items():
-        names = kernel_names(lambda v=variant: gemm(fp4, a, b, sfa, sfb, *pair, out, variant=v))
+    for kernel, knobs in SKINNY_KERNELS.items():
+        names = kernel_names(lambda kn=knobs: gemm(fp4, a, b, sfa, sfb, *pair, out, **kn))
         streamed = [name for name in names if "register_stream_kernel" in name]
         staged = [name for name in names if "skinny_gemm_kernel" in name]
-        expected = (streamed, staged) if kernel == "register-stream" else (staged, streamed)
+        expected = (streamed, staged) if kernel.startswith("register-stream") else (staged, streamed)
         assert len(expected[0]) == 1 and not expected[1], f"{pair} {kernel}: launched {names}"
 
 
 @requires_cuda
+@pytest.mark.parametrize("splits", SPLITS)
 @pytest.mark.parametrize("m", range(1, 17))
 @pytest.mark.parametrize("n", [8, 4104])
 @pytest.mark.parametrize("pair", REGISTER_STREAM_PAIRS, ids="-".join)
-def test_register_stream_every_m_within_the_bound(fp4, ref, pair, n, m):
-    """N = 8: one tile half past N; 4104: whole tiles, then one with 8 rows. K = 1536: 6 steps a row."""
+def test_register_stream_every_m_within_the_bound(fp4, ref, pair, n, m, splits):
+    """N = 8: one tile half past N; 4104: whole tiles, then one with 8 rows. K = 1536: 6 steps a row,
+    over 1, 3 or 8 CTAs of a cluster."""
     ops = Operands(ref, *pair, m, n, 1536, seed=700)  # one weight per (pair, N): quantized once
     a, b, sfa, sfb = ops.cuda()
-    variant = SKINNY_KERNELS["register-stream"]
-    out = gemm(fp4, a, b, sfa, sfb, *pair, poisoned_out(m, n), alpha_scale=0.5, variant=variant)
-    assert_within_bound(out.cpu(), 0.5 * ops.product(), 0.5 * ops.a_dq, ops.b_dq, f"{pair} M={m} N={n}")
+    out = gemm(fp4, a, b, sfa, sfb, *pair, poisoned_out(m, n), alpha_scale=0.5, variant=REGISTER_STREAM,
+               splits=splits)  # fmt: skip
+    assert_within_bound(out.cpu(), 0.5 * ops.product(), 0.5 * ops.a_dq, ops.b_dq, f"{pair} M={m} N={n} S={splits}")
 
 
 @requires_cuda
+@pytest.mark.parametrize("splits", [1, 4])
 @pytest.mark.parametrize("tiles", [1, 3, 8])
 @pytest.mark.parametrize("warps", [1, 3, 8])
 @pytest.mark.parametrize("m", [1, 8, 13])
-def test_register_stream_every_knob_within_the_bound(fp4, ref, m, warps, tiles):
-    """warps: K slices of a CTA (more than a row has steps leaves some idle); stages: 16-row tiles per CTA."""
+def test_register_stream_every_knob_within_the_bound(fp4, ref, m, warps, tiles, splits):
+    """warps: K sub-slices of a CTA (more than its slice has steps leaves some idle); stages: 16-row
+    tiles per CTA (with splits > 1 walked by 8 / warps groups of warps); splits: CTAs of a cluster."""
     n, k = 520, 1280  # 5 steps of 256 elements a row: uneven slices
     ops = Operands(ref, "nvfp4", "nvfp4", m, n, k, seed=800 + m)
     a, b, sfa, sfb = ops.cuda()
-    out = gemm(fp4, a, b, sfa, sfb, "nvfp4", "nvfp4", poisoned_out(m, n), warps=warps, stages=tiles,
-               variant=SKINNY_KERNELS["register-stream"])  # fmt: skip
-    what = f"M={m} warps={warps} tiles={tiles}"
+    out = gemm(fp4, a, b, sfa, sfb, "nvfp4", "nvfp4", poisoned_out(m, n), warps=warps, stages=tiles, splits=splits,
+               variant=REGISTER_STREAM)  # fmt: skip
+    what = f"M={m} warps={warps} tiles={tiles} splits={splits}"
     assert_within_bound(out.cpu(), ops.product(), ops.a_dq, ops.b_dq, what)
+
+
+@requires_cuda
+@pytest.mark.parametrize("m", [1, 8, 16])
+@pytest.mark.parametrize("nk", [(17408, 5120), (5120, 17408), (1536, 7168)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_register_stream_planned_split_within_the_bound(fp4, ref, nk, m):
+    """The split the planner picks for variant 4 (splits 0) on decode shapes, M = 16 at K = 17408 too,
+    where one CTA cannot stage all of K."""
+    n, k = nk
+    (a, b, sfa, sfb), a_dq, b_dq = gpu_operands(fp4, ref, "nvfp4", "nvfp4", m, n, k, seed=33)
+    names = kernel_names(lambda: gemm(fp4, a, b, sfa, sfb, "nvfp4", "nvfp4", poisoned_out(m, n),
+                                      variant=REGISTER_STREAM))  # fmt: skip
+    assert any("register_stream_kernel" in name for name in names), f"M={m} {n}x{k}: launched {names}"
+    out = gemm(fp4, a, b, sfa, sfb, "nvfp4", "nvfp4", poisoned_out(m, n), variant=REGISTER_STREAM)
+    assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"M={m} {n}x{k} planned split")
 
 
 @requires_cuda
@@ -559,34 +588,46 @@ def test_register_stream_every_knob_within_the_bound(fp4, ref, m, warps, tiles):
     "scales", [(1.0, 1.0), (2.0**24, 2.0**-24), (2.0**-24, 2.0**24)], ids=["unit", "large-a", "large-b"]
 )
 @pytest.mark.parametrize("pair", REGISTER_STREAM_PAIRS, ids="-".join)
-def test_register_stream_adversarial_scales_within_the_bound(fp4, ref, pair, scales):
+@pytest.mark.parametrize("splits", [1, 4])
+def test_register_stream_adversarial_scales_within_the_bound(fp4, ref, splits, pair, scales):
     """MX block scales 2^k above one bf16 factor take the decode's second multiply."""
     m, n, k = 5, 520, 1024
     (a, b, sfa, sfb), a_dq, b_dq = gpu_operands(fp4, ref, *pair, m, n, k, seed=31, a_scale=scales[0],
                                                 b_scale=scales[1])  # fmt: skip
-    out = gemm(fp4, a, b, sfa, sfb, *pair, poisoned_out(m, n), variant=SKINNY_KERNELS["register-stream"])
-    assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"{pair} scales {scales}")
+    out = gemm(fp4, a, b, sfa, sfb, *pair, poisoned_out(m, n), variant=REGISTER_STREAM, splits=splits)
+    assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"{pair} scales {scales} S={splits}")
 
 
 @requires_cuda
+@pytest.mark.parametrize("splits", [3, 8])
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_register_stream_cluster_nan_scales_make_their_row_and_column_nan(fp4, ref, fmt, splits):
+    """NaN scale codes in the slices of different ranks: K = 2048 (8 steps a row), token 11's in rank
+    0's slice, weight row 130's in the last rank's."""
+    knobs = {"variant": REGISTER_STREAM, "splits": splits}
+    assert_nan_scales_make_their_row_and_column_nan(fp4, ref, fmt, 16, 2048, 11, knobs, f"{fmt} S={splits}")
+
+
+@requires_cuda
+@pytest.mark.parametrize("splits", [1, 4])
 @pytest.mark.parametrize("m", [1, 8, 16])
 @pytest.mark.parametrize("pair", REGISTER_STREAM_PAIRS, ids="-".join)
-def test_register_stream_runs_are_bitwise_equal_and_replay_in_a_cuda_graph(fp4, ref, pair, m):
+def test_register_stream_runs_are_bitwise_equal_and_replay_in_a_cuda_graph(fp4, ref, pair, m, splits):
     n, k = 4104, 5120
     (a, b, sfa, sfb), a_dq, b_dq = gpu_operands(fp4, ref, *pair, m, n, k, seed=32)
-    variant = SKINNY_KERNELS["register-stream"]
-    first = gemm(fp4, a, b, sfa, sfb, *pair, poisoned_out(m, n), variant=variant)
+    knobs = {"variant": REGISTER_STREAM, "splits": splits}
+    first = gemm(fp4, a, b, sfa, sfb, *pair, poisoned_out(m, n), **knobs)
     for _ in range(2):
-        again = gemm(fp4, a, b, sfa, sfb, *pair, poisoned_out(m, n), variant=variant)
-        assert_bitwise_equal(again, first, f"{pair} M={m} run to run")
+        again = gemm(fp4, a, b, sfa, sfb, *pair, poisoned_out(m, n), **knobs)
+        assert_bitwise_equal(again, first, f"{pair} M={m} S={splits} run to run")
     out = poisoned_out(m, n)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        gemm(fp4, a, b, sfa, sfb, *pair, out, variant=variant)
+        gemm(fp4, a, b, sfa, sfb, *pair, out, **knobs)
     for _ in range(2):
         out.view(torch.uint8).fill_(POISON_BYTE)
         graph.replay()
         torch.cuda.synchronize()
-        assert_bitwise_equal(out, first, f"{pair} M={m} graph replay")
-    assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"{pair} M={m} graph replay")
+        assert_bitwise_equal(out, first, f"{pair} M={m} S={splits} graph replay")
+    assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"{pair} M={m} S={splits} graph replay")

@@ -288,9 +288,10 @@ constexpr PackedField kKindFields[] = {{"a_format", 0, 3, 0},     {"b_format", 3
                                        {"grouping", 7, 2, 0},     {"activation", 9, 3, 0}, {"out_format", 12, 3, 0},
                                        {"group_rows", 16, 47, 0}};
 
-enum KnobField { kSchedule, kVariant, kWarps, kStages, kPdl, kSmCount };
+enum KnobField { kSchedule, kVariant, kWarps, kStages, kPdl, kSmCount, kSplits };
 constexpr PackedField kKnobFields[] = {{"schedule", 0, 2, 0}, {"variant", 2, 4, 1}, {"warps", 6, 8, 0},
-                                       {"stages", 14, 8, 0},  {"pdl", 22, 1, 0},    {"sm_count", 23, 32, 1}};
+                                       {"stages", 14, 8, 0},  {"pdl", 22, 1, 0},    {"sm_count", 23, 32, 1},
+                                       {"splits", 55, 4, 0}};
 
 constexpr bool names_fit(const PackedField& field, size_t names) { return names <= (size_t{1} << field.bits); }
 static_assert(names_fit(kKindFields[kAFormat], std::size(fp4_gemm::kOperandFormatNames)) &&
@@ -395,6 +396,7 @@ fp4_gemm::GemmProblem describe_gemm(const at::Tensor& a, const at::Tensor& b, co
   problem.sm_count = static_cast<int>(unpack(knobs, kKnobFields[kSmCount]));
   problem.warps = static_cast<int>(unpack(knobs, kKnobFields[kWarps]));
   problem.stages = static_cast<int>(unpack(knobs, kKnobFields[kStages]));
+  problem.splits = static_cast<int>(unpack(knobs, kKnobFields[kSplits]));
   problem.pdl = unpack(knobs, kKnobFields[kPdl]) != 0;
   return problem;
 }
@@ -527,7 +529,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   // grouping (dense | batched | contiguous: group_index = expert id per row | masked: group_index =
   // valid rows per group) with group_rows, the activation and out_format (bf16 | fp16 | nvfp4 |
   // nvfp4_from_fp16: out_scales then receives the swizzled scales); `knobs` packs schedule (auto |
-  // streamk | m256), variant, sm_count, warps, stages and pdl, which choose how a kernel runs, never
+  // streamk | m256), variant, sm_count, warps, stages, splits and pdl, which choose how a kernel runs, never
   // what it computes. The packing: gemm_packing and gemm_names.
   ops.def(gemm_schema("gemm(").c_str());
   ops.impl("gemm", c10::kCUDA, &gemm_cuda);

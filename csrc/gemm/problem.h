@@ -96,6 +96,7 @@ struct GemmProblem {
   int sm_count = -1;  // -1: all SMs of the device
   int warps = 0;      // skinny tiers: 0 picks
   int stages = 0;
+  int splits = 0;     // skinny tiers: the CTAs of a cluster that split K; 0 picks
   bool pdl = false;
   // The compute capability of the device it runs on (the binding sets it; find_gemm_backend sets
   // the one it matches for on the problem supports() sees), so that a backend which dispatches in

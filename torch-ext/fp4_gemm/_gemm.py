@@ -3,16 +3,16 @@
 `GemmCall` is the Python side of csrc/gemm/problem.h's GemmProblem (the binding's describe_gemm turns
 one into the other): the operands and their formats, the grouping, the epilogue (alpha, bias,
 residual, activation, output encoding) and how it runs (schedule, variant, sm_count, warps, stages,
-pdl), which never changes what it computes. Every public GEMM function validates its arguments
-and runs one GemmCall; capabilities() asks the backends about the calls they build
+splits, pdl), which never changes what it computes. Every public GEMM function validates its
+arguments and runs one GemmCall; capabilities() asks the backends about the calls they build
 (`GemmCall.backends`), and tests describe a kind of problem with `described_call`. The public
 functions build their GemmCall once per distinct metadata (with the validation verdict,
 _validate.checked) and remember its packed fields (`GemmCall.codes`); later calls of that kind
 `launch` the op with them on their own tensors, building nothing.
 
 The op takes the call's tensors, alpha_scale and two packed integers, `kind` (formats, layout,
-grouping, activation, output format) and `knobs` (schedule, variant, sm_count, warps, stages, pdl):
-`GemmCall.op_arguments` packs them and `GemmCall.from_op_arguments` unpacks them, by the binding's
+grouping, activation, output format) and `knobs` (schedule, variant, sm_count, warps, stages, splits,
+pdl): `GemmCall.op_arguments` packs them and `GemmCall.from_op_arguments` unpacks them, by the binding's
 table (ops.gemm_packing, ops.gemm_names). Packing costs a dictionary lookup per call; the dispatcher
 parses 13 arguments instead of one per field, a large part of a call's host cost.
 """
@@ -66,6 +66,7 @@ class GemmCall(NamedTuple):
     sm_count: int = -1
     warps: int = 0
     stages: int = 0
+    splits: int = 0
     pdl: bool = True
 
     def run(self) -> None:
@@ -109,7 +110,7 @@ class GemmCall(NamedTuple):
         if kind is None:
             kind = _pack("kind", dict(zip(_KIND_NAMES, kind_fields, strict=True)))
             _remember(_KIND_CODES, kind_fields, kind)
-        knob_fields = (self.schedule, self.variant, self.sm_count, self.warps, self.stages, self.pdl)
+        knob_fields = (self.schedule, self.variant, self.sm_count, self.warps, self.stages, self.splits, self.pdl)
         knobs = _KNOB_CODES.get(knob_fields)
         if knobs is None:
             knobs = _pack("knobs", dict(zip(_KNOB_NAMES, knob_fields, strict=True)))

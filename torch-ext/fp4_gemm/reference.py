@@ -553,10 +553,12 @@ def gemm_into(
     sm_count: int,
     warps: int,
     stages: int,
+    splits: int,
     pdl: bool,
 ) -> None:
     """`gemm` op: the GEMM result of docs/FORMATS.md written into `out` (sfa is None for a bf16 A;
-    schedule, variant, sm_count, warps, stages and pdl pick how a kernel runs, never what it computes)."""
+    schedule, variant, sm_count, warps, stages, splits and pdl pick how a kernel runs, never what it
+    computes)."""
     groups = b.shape[0] if b.dim() == 3 else 1
     b_values = b.reshape(-1, b.shape[-1])
     if b_interleaved:

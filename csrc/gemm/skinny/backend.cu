@@ -1,7 +1,7 @@
 // The skinny backend: which problems its two kernels serve, how a launch is planned, and the
 // registration. The staged kernel (kernel.cuh) serves every problem of the tier (slab warps, ring
 // depth, the K split over a cluster, the grid); the register-streaming kernel (register_stream.cuh)
-// dense 4-bit problems where it was measured faster (make_stream_plan).
+// dense 4-bit problems where it was measured faster (choose_stream_plan).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -111,7 +111,8 @@ bool supports(const GemmProblem& p) {
     return false;
   }
   const int max_warps = p.variant == kVariantRegisterStream ? kStreamMaxWarps : 8;
-  return p.warps >= 0 && p.warps <= max_warps && p.stages >= 0 && p.stages <= kMaxStages;
+  return p.warps >= 0 && p.warps <= max_warps && p.stages >= 0 && p.stages <= kMaxStages && p.splits >= 0 &&
+         p.splits <= kMaxSplits;
 }
 
 // The kernel of an operand pair, and the power of two its codecs' values carry.
@@ -339,7 +340,9 @@ void set_operands(const GemmProblem& p, Args& args) {
 // ---- the register-streaming kernel ------------------------------------------------------------
 
 constexpr int kStreamStepsPerWarp = 4;  // the fewest steps of a row a warp's slice should hold
-constexpr int kStreamWideRows = 4;      // the most activation rows it runs on large weights (auto)
+constexpr int kStreamLongSteps = kStreamMaxWarps * kStreamStepsPerWarp;  // one CTA's warps at 4 steps each
+constexpr int kStreamClusterRows = 3;   // activation rows from which the planner's split runs (auto)
+constexpr int kStreamSmallWeightSteps = 64;  // tile steps per SM of the weights it runs at M > 8 (auto)
 
 using StreamKernelFn = void (*)(StreamArgs);
 
@@ -347,13 +350,16 @@ struct StreamPlan {
   StreamKernelFn kernel;
   int unbias_exponent;
   int token_tiles;
-  int warps;
+  int splits;
+  int slice_warps;
+  int tile_warps;
   int tiles_per_cta;
   int64_t ctas;
   int steps;
   int token_stride;
   int partial_offset;
   size_t smem;
+  int64_t cost;  // the serial work of one warp, in quarter steps (make_stream_plan)
 };
 
 // Dense 4-bit weights in the row-major layout, A in their format or bf16, at most 16 rows.
@@ -379,95 +385,117 @@ std::pair<StreamKernelFn, int> select_stream_kernel(const GemmProblem& p, int to
   return bf16 ? stream_kernel_for<F::Bf16, F::Mxfp4>(token_tiles) : stream_kernel_for<F::Mxfp4, F::Mxfp4>(token_tiles);
 }
 
-// Shared memory of (warps, tiles_per_cta): every activation row's fragments of all of K, then the
+// Shared memory of a plan: every activation row's fragments of the longest K slice of a rank (and,
+// with S > 1, the CTA's sums of its outputs over them once the weight loop is done), then the
 // partial sums of every warp and tile.
 void size_stream_shared_memory(const GemmProblem& p, StreamPlan& plan) {
-  plan.token_stride = plan.steps * kStreamStepFragmentBytes + 64;  // 64 mod 128: no bank conflicts
-  plan.partial_offset = int(p.m + 1) * plan.token_stride;  // and a row of zeros
-  plan.smem = size_t(plan.partial_offset) + size_t(plan.tiles_per_cta) * plan.warps * 32 * 4 * plan.token_tiles * 4;
+  const int slice_steps = int(ceil_div(plan.steps, plan.splits));
+  plan.token_stride = slice_steps * kStreamStepFragmentBytes + 64;  // 64 mod 128: no bank conflicts
+  const int act_bytes = int(p.m + 1) * plan.token_stride;           // and a row of zeros
+  const int sums_bytes = plan.splits > 1 ? plan.tiles_per_cta * int(p.m) * kStreamTileRows * 4 : 0;
+  plan.partial_offset = std::max(act_bytes, sums_bytes);
+  plan.smem = size_t(plan.partial_offset) +
+              size_t(plan.tiles_per_cta) * plan.slice_warps * 32 * 4 * plan.token_tiles * 4;
 }
 
-// The plan, or no kernel where the activations do not fit in shared memory. Warps: the knob (a
-// forced run), else one per kStreamStepsPerWarp steps of a row (at most 8: a slice of a few steps
-// leaves each warp's first loads unhidden). Tiles per CTA: the knob, else the fewest that fit the
-// grid in one wave of resident CTAs: measured on the H200 (benchmarks/NOTES.md), a second, partial
-// wave costs more than the CTAs' longer walks, and the activations are staged once per CTA.
-StreamPlan make_stream_plan(const GemmProblem& p, bool forced) {
+// The plan of a K split over clusters of `splits` CTAs, or no kernel where the activations do not
+// fit in shared memory. Warps of a group (Wk): the knob (a forced run), else one per
+// kStreamStepsPerWarp steps of the rank's slice (at most 8: a slice of a few steps leaves each
+// warp's first loads unhidden). Groups (Wt, S > 1 only): as many as fill 8 warps, at most one per
+// tile, so that more warps share the activations a CTA stages. Tiles per CTA: the knob, else the
+// fewest that fit the grid in one wave of resident clusters (counted at one tile per group):
+// measured on the H200 (benchmarks/NOTES.md), a second, partial wave costs more than the CTAs'
+// longer walks.
+StreamPlan make_stream_plan(const GemmProblem& p, int splits, bool forced) {
   StreamPlan plan{};
   plan.token_tiles = p.m <= kTileTokens ? 1 : 2;
   std::tie(plan.kernel, plan.unbias_exponent) = select_stream_kernel(p, plan.token_tiles);
   plan.steps = int(ceil_div(row_bytes(p.b.format, p.k), kStreamStepBytes));
-  const int64_t warps = forced && p.warps > 0 ? p.warps : plan.steps / kStreamStepsPerWarp;
-  plan.warps = int(std::clamp<int64_t>(warps, 1, std::min(kStreamMaxWarps, plan.steps)));
+  plan.splits = splits;
+  const int slice_steps = int(ceil_div(plan.steps, splits));
+  const int64_t warps = forced && p.warps > 0 ? p.warps : slice_steps / kStreamStepsPerWarp;
+  plan.slice_warps = int(std::clamp<int64_t>(warps, 1, std::min(kStreamMaxWarps, slice_steps)));
+  const int max_groups = splits > 1 ? kStreamMaxWarps / plan.slice_warps : 1;
   const int64_t row_tiles = ceil_div(p.n, kStreamTileRows);
   const int device = current_device();
   const auto kernel = reinterpret_cast<const void*>(plan.kernel);
   const int max_smem = max_dynamic_shared_memory(device, kernel);
-  plan.tiles_per_cta = 1;
-  size_stream_shared_memory(p, plan);
-  if (plan.smem > size_t(max_smem)) return StreamPlan{};
   if (forced && p.stages > 0) {
     plan.tiles_per_cta = int(std::min<int64_t>(p.stages, row_tiles));
+    plan.tile_warps = std::min(max_groups, plan.tiles_per_cta);
   } else {
-    const int64_t slots = std::max<int64_t>(1, resident_ctas(device, kernel, plan.warps * 32, plan.smem, 1));
-    plan.tiles_per_cta = int(std::clamp<int64_t>(ceil_div(row_tiles, slots), 1, kStreamMaxTiles));
+    plan.tile_warps = int(std::min<int64_t>(max_groups, row_tiles));
+    plan.tiles_per_cta = plan.tile_warps;
+    size_stream_shared_memory(p, plan);
+    if (plan.smem > size_t(max_smem)) return StreamPlan{};
+    const int threads = plan.slice_warps * plan.tile_warps * 32;
+    const int64_t clusters = std::max<int64_t>(1, resident_ctas(device, kernel, threads, plan.smem, splits) / splits);
+    plan.tiles_per_cta = int(std::clamp<int64_t>(ceil_div(row_tiles, clusters), 1, kStreamMaxTiles));
+    plan.tile_warps = std::min(plan.tile_warps, plan.tiles_per_cta);
   }
   size_stream_shared_memory(p, plan);
   if (plan.smem > size_t(max_smem)) return StreamPlan{};
-  plan.ctas = ceil_div(row_tiles, plan.tiles_per_cta);
+  const int threads = plan.slice_warps * plan.tile_warps * 32;
+  // A cluster must fit on the device at all (its CTAs on SMs of one GPC).
+  if (splits > 1 && resident_ctas(device, kernel, threads, plan.smem, splits) == 0) return StreamPlan{};
+  plan.ctas = ceil_div(row_tiles, plan.tiles_per_cta) * splits;
+  // A warp streams ceil(P / Wt) tiles of its sub-slice; before that the CTA's threads stage the
+  // activation chunks of the slice, each about a quarter of a step's work.
+  plan.cost = 4 * ceil_div(plan.tiles_per_cta, plan.tile_warps) * ceil_div(slice_steps, plan.slice_warps) +
+              ceil_div(int64_t(p.m + 1) * slice_steps * kStreamStepChunks, threads);
   return plan;
 }
 
-// Where the register-streaming kernel runs: where the variant names it, else (auto) where it was
-// measured faster than the staged kernel on the H200 (benchmarks/NOTES.md): up to 8 activation rows
-// where the weight has at most two 16-row tiles per SM (there the staged kernel's 128-row units
-// leave SMs idle), and up to 4 where its grid has at least 1.5 CTAs per SM. Its CTAs stage all of K
-// of every activation row, which bounds the CTAs that fit on an SM (long K, more rows); with fewer
-// CTAs than that the SMs are unevenly loaded. A grid limited to some SMs (sm_count) runs the staged
-// kernel, whose grid is persistent.
+// The split: the knob (a forced run), else the one of the least serial work per warp
+// (StreamPlan::cost), the smaller on a tie.
+StreamPlan make_stream_plan(const GemmProblem& p, bool forced) {
+  if (forced && p.splits > 0) return make_stream_plan(p, p.splits, true);
+  const int steps = int(ceil_div(row_bytes(p.b.format, p.k), kStreamStepBytes));
+  StreamPlan best{};
+  for (int splits = 1; splits <= std::min(kMaxSplits, steps); ++splits) {
+    const StreamPlan plan = make_stream_plan(p, splits, forced);
+    if (plan.kernel != nullptr && (best.kernel == nullptr || plan.cost < best.cost)) best = plan;
+  }
+  return best;
+}
+
+// Where the register-streaming kernel runs, and on which split: where the variant names it, else
+// (auto) as measured against the staged kernel on the H200 (benchmarks/NOTES.md, "K split over a
+// cluster"): every dense problem of up to 8 activation rows, and of 9 to 16 on expert-sized weights
+// (at most kStreamSmallWeightSteps steps of 16-row tiles per SM; on larger ones the staged kernel was
+// as fast or faster at (12288, 5120) and (8192, 8192)). From kStreamClusterRows rows on, the split
+// of the least serial work (make_stream_plan); with fewer, staging the activations is cheap and one
+// CTA per K range measured fastest, unless that leaves its warps more than 4 steps each (long K):
+// then the fewest CTAs, a power of two, whose slices have at most kStreamLongSteps steps. A grid
+// limited to some SMs (sm_count) runs the staged kernel, whose grid is persistent.
 StreamPlan choose_stream_plan(const GemmProblem& p) {
   if (p.variant == kVariantStaged || !register_stream_supported(p)) return StreamPlan{};
   if (p.variant == kVariantRegisterStream) return make_stream_plan(p, true);
-  if (p.sm_count > 0 || p.m > kTileTokens) return StreamPlan{};
-  const StreamPlan plan = make_stream_plan(p, false);
+  if (p.sm_count > 0) return StreamPlan{};
+  const int64_t steps = ceil_div(row_bytes(p.b.format, p.k), kStreamStepBytes);
   const int64_t sms = device_attribute(current_device(), cudaDevAttrMultiProcessorCount);
-  const bool few_tiles = ceil_div(p.n, kStreamTileRows) <= 2 * sms;
-  const bool busy = p.m <= kStreamWideRows && 2 * plan.ctas >= 3 * sms;
-  return few_tiles || busy ? plan : StreamPlan{};
+  const int64_t tile_steps = ceil_div(p.n, kStreamTileRows) * steps;
+  if (p.m > kTileTokens && tile_steps > kStreamSmallWeightSteps * sms) return StreamPlan{};
+  if (p.m >= kStreamClusterRows) return make_stream_plan(p, false);
+  int splits = 1;
+  while (splits < kMaxSplits && steps > int64_t(splits) * kStreamLongSteps) splits *= 2;
+  return make_stream_plan(p, splits, false);
 }
 
-void run_register_stream(const GemmProblem& p, const StreamPlan& plan, cudaStream_t stream) {
-  StreamArgs args{};
-  set_operands(p, args);
-  args.n = p.n;
-  args.m = int(p.m);
-  args.row_chunks = int(args.b_row_bytes / kChunkBytes);
-  args.steps = plan.steps;
-  args.tiles_per_cta = plan.tiles_per_cta;
-  args.token_stride = plan.token_stride;
-  args.partial_offset = plan.partial_offset;
-  args.epilogue = p.epilogue;
-  args.unbias = exp2i(plan.unbias_exponent);
-  launch_kernel(plan.kernel, dim3(unsigned(plan.ctas)), dim3(unsigned(plan.warps * 32)), plan.smem, stream, p.pdl,
-                args);
-}
-
-int64_t span_bytes(const GemmProblem& p) { return ceil_div(2 * p.groups * 4, kScratchAlignment) * kScratchAlignment; }
-
-// Contiguous problems: each group's span of rows (find_group_spans, from the ids on the device).
-int64_t scratch_bytes(const GemmProblem& p) { return p.grouping == Grouping::Contiguous ? span_bytes(p) : 0; }
-
-void launch(const Plan& plan, const SkinnyArgs& args, bool pdl, cudaStream_t stream) {
+// A launch in clusters of `splits` CTAs (none for 1), with programmatic dependent launch where asked.
+template <class Args>
+void launch_clusters(void (*kernel)(Args), int64_t ctas, int threads, size_t smem, int splits, bool pdl,
+                     cudaStream_t stream, const Args& args) {
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(unsigned(plan.clusters * plan.splits));
-  config.blockDim = dim3(unsigned(plan.threads));
-  config.dynamicSmemBytes = plan.smem;
+  config.gridDim = dim3(unsigned(ctas));
+  config.blockDim = dim3(unsigned(threads));
+  config.dynamicSmemBytes = smem;
   config.stream = stream;
   cudaLaunchAttribute attribute[2];
   int count = 0;
-  if (plan.splits > 1) {
+  if (splits > 1) {
     attribute[count].id = cudaLaunchAttributeClusterDimension;
-    attribute[count].val.clusterDim.x = unsigned(plan.splits);
+    attribute[count].val.clusterDim.x = unsigned(splits);
     attribute[count].val.clusterDim.y = 1;
     attribute[count].val.clusterDim.z = 1;
     ++count;
@@ -479,8 +507,32 @@ void launch(const Plan& plan, const SkinnyArgs& args, bool pdl, cudaStream_t str
   }
   config.attrs = attribute;
   config.numAttrs = count;
-  FP4_GEMM_CUDA_CHECK(cudaLaunchKernelEx(&config, plan.choice.kernel, args));
+  FP4_GEMM_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args));
 }
+
+void run_register_stream(const GemmProblem& p, const StreamPlan& plan, cudaStream_t stream) {
+  StreamArgs args{};
+  set_operands(p, args);
+  args.n = p.n;
+  args.m = int(p.m);
+  args.row_chunks = int(args.b_row_bytes / kChunkBytes);
+  args.steps = plan.steps;
+  args.splits = plan.splits;
+  args.slice_warps = plan.slice_warps;
+  args.tile_warps = plan.tile_warps;
+  args.tiles_per_cta = plan.tiles_per_cta;
+  args.token_stride = plan.token_stride;
+  args.partial_offset = plan.partial_offset;
+  args.epilogue = p.epilogue;
+  args.unbias = exp2i(plan.unbias_exponent);
+  launch_clusters(plan.kernel, plan.ctas, plan.slice_warps * plan.tile_warps * 32, plan.smem, plan.splits, p.pdl,
+                  stream, args);
+}
+
+int64_t span_bytes(const GemmProblem& p) { return ceil_div(2 * p.groups * 4, kScratchAlignment) * kScratchAlignment; }
+
+// Contiguous problems: each group's span of rows (find_group_spans, from the ids on the device).
+int64_t scratch_bytes(const GemmProblem& p) { return p.grouping == Grouping::Contiguous ? span_bytes(p) : 0; }
 
 void run(const GemmProblem& p, cudaStream_t stream) {
   const StreamPlan stream_plan = choose_stream_plan(p);
@@ -513,7 +565,8 @@ void run(const GemmProblem& p, cudaStream_t stream) {
     throw std::runtime_error("fp4_gemm skinny: a contiguous grouping needs the scratch scratch_bytes() asks for");
   }
   args.groups = device_group_rows(p, static_cast<int32_t*>(p.scratch), stream);
-  launch(plan, args, p.pdl, stream);
+  launch_clusters(plan.choice.kernel, plan.clusters * plan.splits, plan.threads, plan.smem, plan.splits, p.pdl, stream,
+                  args);
 }
 
 const GemmBackendRegistrar kRegistrar({"skinny", GemmArch::Portable, 0, &supports, &run, &scratch_bytes});

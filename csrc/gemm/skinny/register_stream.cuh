@@ -2,24 +2,28 @@
 // activation rows against 4-bit weights (NVFP4, MXFP4), A in B's format or bf16 (W4A16)
 // (docs/API.md, "Decode and speculative-verify kernels"; reference: reference.gemm).
 //
-// Work. A CTA of W warps owns P consecutive 16-row tiles of B (the mma's M side) and all of K:
-// warp w streams K slice w of W (whole steps of 128 bytes of a row) of each of its tiles in turn.
-// No shared stages, no producer warp, no mbarriers: lane (g, t) loads chunks 2t and 2t + 1 (16 bytes
-// each) of every step of rows g and g + 8 straight into registers with non-allocating loads, the
-// next step's while it decodes this one, and the scale codes of those chunks' blocks with one load
-// per row (four NVFP4 or two MXFP4 blocks: consecutive bytes of the SfAtom layout). Rows past N
-// and chunks past K are never read: their words and codes are zeros.
+// Work. A cluster of S CTAs owns P consecutive 16-row tiles of B (the mma's M side); CTA rank q
+// takes the q-th of S slices of K (whole steps of 128 bytes of a row). Its warps are Wt groups of
+// Wk: group j streams tiles j, j + Wt, ... of the P, warp i of a group the i-th of Wk sub-slices of
+// the CTA's slice. No shared stages, no producer warp, no mbarriers: lane (g, t) loads chunks 2t and
+// 2t + 1 (16 bytes each) of every step of rows g and g + 8 straight into registers with
+// non-allocating loads, the next step's while it decodes this one, and the scale codes of those
+// chunks' blocks with one load per row (four NVFP4 or two MXFP4 blocks: consecutive bytes of the
+// SfAtom layout). Rows past N and chunks past K are never read: their words and codes are zeros.
 //
 // Activations. Before the weight loop the CTA decodes (block-scaled A) or gathers (bf16 A) its M
-// rows, all of K, once into shared memory as the mma's B fragments in the weights' element order
-// (operands.cuh's ActivationChunk), the chunks of the last step past K as zeros; one
+// rows, its slice of K, once into shared memory as the mma's B fragments in the weights' element
+// order (operands.cuh's ActivationChunk), the chunks of the last step past K as zeros; one
 // __syncthreads. The weight loop then reads one 16-byte fragment per word and token tile with a
-// shared load (the lanes of tokens past M read a row of zeros).
+// shared load (the lanes of tokens past M read a row of zeros). The Wt groups share them.
 //
 // Reduction, in a fixed order: each warp stores its accumulators of every tile to shared memory;
-// after one __syncthreads the CTA sums the W slices in warp order, applies the epilogue
-// (epilogue.cuh) and stores. No global scratch, no atomics: results are bitwise equal run to run
-// and under CUDA-graph replay.
+// after one __syncthreads the CTA sums the Wk sub-slices in warp order. With S = 1 it applies the
+// epilogue (epilogue.cuh) and stores; with S > 1 it keeps the sums in shared memory, the cluster
+// synchronizes, and CTA q sums its share of the outputs over the S CTAs in rank order through
+// distributed shared memory, applies the epilogue and stores; a second cluster barrier keeps every
+// CTA's shared memory alive until all have read it. No global scratch, no atomics: results are
+// bitwise equal run to run and under CUDA-graph replay.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -56,9 +60,12 @@ struct StreamArgs {
   int m;               // activation rows (<= 8 per token tile)
   int row_chunks;      // b_row_bytes / 16
   int steps;           // ceil(row_chunks / 8): the steps of a row
+  int splits;          // S: CTAs of a cluster, rank q the q-th slice of K of the same tiles
+  int slice_warps;     // Wk: warps of a group, each a sub-slice of the CTA's slice
+  int tile_warps;      // Wt: groups of Wk warps, each its own tiles (blockDim.x = 32 Wk Wt)
   int tiles_per_cta;   // P
   int token_stride;    // bytes of one activation row's fragments in shared memory (64 mod 128)
-  int partial_offset;  // the partial sums, after the activations
+  int partial_offset;  // the warps' partial sums, after the activations (and the cluster's sums)
   GemmEpilogue epilogue;
   float unbias;        // 2^(the codecs' unbias exponents)
 };
@@ -99,17 +106,19 @@ struct RegisterStreamKernel {
            ((c % kStreamStepChunks) / 2) * kStreamFragmentBytes;
   }
 
-  // Rows 0 .. m - 1 of A, then a row of zeros that the lanes of the tokens past M read.
-  __device__ static void stage_activations(const StreamArgs& args, uint8_t* act) {
-    const int chunks = args.steps * kStreamStepChunks;
+  // Steps [first_step, first_step + steps) of rows 0 .. m - 1 of A, then a row of zeros that the
+  // lanes of the tokens past M read.
+  __device__ static void stage_activations(const StreamArgs& args, uint8_t* act, int first_step, int steps) {
+    const int chunks = steps * kStreamStepChunks;
+    const int first_chunk = first_step * kStreamStepChunks;
     const int items = (args.m + 1) * chunks;
     for (int item = int(threadIdx.x); item < items; item += int(blockDim.x)) {
       const int token = item / chunks;
       const int c = item % chunks;
       uint32_t pairs[kChunkWords][kPairs] = {};
-      if (token < args.m && c < args.row_chunks) {
+      if (token < args.m && first_chunk + c < args.row_chunks) {
         Chunk chunk;
-        chunk.load(args.a, args.sfa, args.a_row_bytes, args.sfa_k_tiles, token, c);
+        chunk.load(args.a, args.sfa, args.a_row_bytes, args.sfa_k_tiles, token, first_chunk + c);
         chunk.fragments(pairs);
       }
       uint8_t* row = act + token * args.token_stride;
@@ -206,9 +215,10 @@ struct RegisterStreamKernel {
 
   // Steps [begin, end) of the lane's rows (at step `begin`), two register sets in turn: the next
   // step's loads are in flight while this one is decoded. Only the last step of a row and a tile
-  // past N need masks (`whole`: the steps before `whole_steps` of a tile inside N).
+  // past N need masks (`whole`: the steps before `whole_steps` of a tile inside N). act holds the
+  // fragments of the steps from `first_step` (the CTA's slice) on.
   __device__ __forceinline__ static void stream_slice(LaneRows& rows, const uint8_t* const (&act)[kTokenTiles],
-                                                      int begin, int end,
+                                                      int first_step, int begin, int end,
                                                       int whole_steps, bool whole_tile, int t,
                                                       float (&acc)[kTokenTiles][4]) {
     const auto load = [&](int step, Step& s) {
@@ -222,63 +232,96 @@ struct RegisterStreamKernel {
     load(begin, even);
     for (int step = begin; step < end; step += 2) {
       if (step + 1 < end) load(step + 1, odd);
-      compute_step(even, act, step * kStreamStepFragmentBytes, acc);
+      compute_step(even, act, (step - first_step) * kStreamStepFragmentBytes, acc);
       if (step + 1 < end) {
         if (step + 2 < end) load(step + 2, even);
-        compute_step(odd, act, (step + 1) * kStreamStepFragmentBytes, acc);
+        compute_step(odd, act, (step + 1 - first_step) * kStreamStepFragmentBytes, acc);
       }
     }
   }
 
   // ---- the reduction and the epilogue ------------------------------------------------------------
 
-  // Tiles [first_tile, first_tile + tiles): the W slices summed in warp order, the epilogue, the
-  // store, as pairs of adjacent outputs.
-  __device__ static void store_tiles(const StreamArgs& args, const float* partial, int64_t first_tile, int tiles,
-                                     int warps) {
+  // The sum over the Wk sub-slices, in warp order, of output (row, token) of the CTA's tile `tile`.
+  __device__ __forceinline__ static float slice_sum(const StreamArgs& args, const float* partial, int tile, int token,
+                                                    int row) {
+    // mma_bf16_16x8x16's accumulator: lane (g, t) holds rows g, g + 8 x tokens 2t, 2t + 1.
+    const int lane = (row % 8) * 4 + (token % 8) / 2;
+    const int element = (token / 8) * 4 + (row / 8) * 2 + token % 2;
+    const float* src = partial + (int64_t(tile) * args.slice_warps * 32 + lane) * kAcc + element;
+    float s = src[0];
+    for (int w = 1; w < args.slice_warps; ++w) s += src[w * 32 * kAcc];
+    return s;
+  }
+
+  // Outputs [item_begin, item_end) of the CTA's tiles, as (tile, token, pair of adjacent rows): the
+  // pair's sums from sum_pair(tile, token, row), the epilogue, the store.
+  template <class SumPair>
+  __device__ static void store_outputs(const StreamArgs& args, int64_t first_tile, int item_begin, int item_end,
+                                       const SumPair& sum_pair) {
     const GemmEpilogue& e = args.epilogue;
     const float alpha = epilogue_alpha(e, 0) * args.unbias;
     const int pairs = kStreamTileRows / 2;
-    const int items = tiles * args.m * pairs;
-    for (int item = int(threadIdx.x); item < items; item += int(blockDim.x)) {
+    for (int item = item_begin + int(threadIdx.x); item < item_end; item += int(blockDim.x)) {
       const int tile = item / (args.m * pairs);
       const int token = item / pairs % args.m;
       const int r = 2 * (item % pairs);
       const int64_t n = (first_tile + tile) * kStreamTileRows + r;
       if (n >= args.n) continue;
-      float sum[2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        // mma_bf16_16x8x16's accumulator: lane (g, t) holds rows g, g + 8 x tokens 2t, 2t + 1.
-        const int row = r + i;
-        const int lane = (row % 8) * 4 + (token % 8) / 2;
-        const int element = (token / 8) * 4 + (row / 8) * 2 + token % 2;
-        const float* src = partial + (int64_t(tile) * warps * 32 + lane) * kAcc + element;
-        float s = src[0];
-        for (int w = 1; w < warps; ++w) s += src[w * 32 * kAcc];
-        sum[i] = s;
-      }
-      const float y0 = epilogue_value(e, sum[0], alpha, token, n, args.n, 0);
-      const float y1 = n + 1 < args.n ? epilogue_value(e, sum[1], alpha, token, n + 1, args.n, 0) : 0.0f;
+      const float2 sum = sum_pair(tile, token, r);
+      const float y0 = epilogue_value(e, sum.x, alpha, token, n, args.n, 0);
+      const float y1 = n + 1 < args.n ? epilogue_value(e, sum.y, alpha, token, n + 1, args.n, 0) : 0.0f;
       store_pair(e, token, n, args.n, y0, y1);
     }
+  }
+
+  // S > 1: this CTA's sums of its tiles' outputs [tile][token][row] into `sums`, the cluster
+  // barrier, then this rank's share of the outputs summed over the ranks in rank order.
+  __device__ static void store_cluster(const StreamArgs& args, const float* partial, float* sums, int64_t first_tile,
+                                       int tiles, int rank) {
+    const int outputs = tiles * args.m * kStreamTileRows;
+    for (int item = int(threadIdx.x); item < outputs; item += int(blockDim.x)) {
+      const int row = item % kStreamTileRows;
+      const int token = item / kStreamTileRows % args.m;
+      const int tile = item / (kStreamTileRows * args.m);
+      sums[item] = slice_sum(args, partial, tile, token, row);
+    }
+    cluster_sync();  // every rank's sums are complete and visible
+    const int items = outputs / 2;
+    const int begin = int(int64_t(rank) * items / args.splits);
+    const int end = int(int64_t(rank + 1) * items / args.splits);
+    store_outputs(args, first_tile, begin, end, [&](int tile, int token, int r) {
+      const float* own = sums + (tile * args.m + token) * kStreamTileRows + r;
+      float2 sum = load_cluster_float2(cluster_address(own, 0));
+      for (int q = 1; q < args.splits; ++q) {
+        const float2 v = load_cluster_float2(cluster_address(own, uint32_t(q)));
+        sum.x += v.x;
+        sum.y += v.y;
+      }
+      return sum;
+    });
+    cluster_sync();  // no CTA leaves while another may still read its sums
   }
 
   __device__ static void run(const StreamArgs& args) {
     extern __shared__ __align__(128) uint8_t smem[];
     griddep_wait();
     griddep_launch_dependents();
-    stage_activations(args, smem);
+    const int rank = int(blockIdx.x) % args.splits;
+    const int first_step = rank * args.steps / args.splits;
+    const int slice_steps = (rank + 1) * args.steps / args.splits - first_step;
+    stage_activations(args, smem, first_step, slice_steps);
     __syncthreads();
 
-    const int warps = int(blockDim.x) / 32;
     const int warp = int(threadIdx.x) / 32;
+    const int sub_slice = warp % args.slice_warps;
+    const int tile_group = warp / args.slice_warps;
     const int lane = int(threadIdx.x) % 32;
     const int g = lane >> 2;
     const int t = lane & 3;
-    const int begin = warp * args.steps / warps;
-    const int end = (warp + 1) * args.steps / warps;
-    const int64_t first_tile = int64_t(blockIdx.x) * args.tiles_per_cta;
+    const int begin = first_step + sub_slice * slice_steps / args.slice_warps;
+    const int end = first_step + (sub_slice + 1) * slice_steps / args.slice_warps;
+    const int64_t first_tile = int64_t(blockIdx.x / args.splits) * args.tiles_per_cta;
     const int64_t row_tiles = ceil_div(args.n, kStreamTileRows);
     const int tiles = int(row_tiles - first_tile < args.tiles_per_cta ? row_tiles - first_tile : args.tiles_per_cta);
     const uint8_t* act[kTokenTiles];
@@ -292,7 +335,7 @@ struct RegisterStreamKernel {
     const int scale_lane = (2 * t * kChunkBlocks / kSfTileCols) * kSfTileBytes + (2 * t * kChunkBlocks) % kSfTileCols;
 
     const int whole_steps = args.row_chunks / kStreamStepChunks;
-    for (int p = 0; p < tiles; ++p) {
+    for (int p = tile_group; p < tiles; p += args.tile_warps) {
       const int64_t row0 = (first_tile + p) * kStreamTileRows;
       LaneRows rows;
 #pragma unroll
@@ -304,16 +347,22 @@ struct RegisterStreamKernel {
       }
       float acc[kTokenTiles][4] = {};
       if (begin < end) {
-        stream_slice(rows, act, begin, end, whole_steps, row0 + kStreamTileRows <= args.n, t, acc);
+        stream_slice(rows, act, first_step, begin, end, whole_steps, row0 + kStreamTileRows <= args.n, t, acc);
       }
-      float* dst = partial + ((int64_t(p) * warps + warp) * 32 + lane) * kAcc;
+      float* dst = partial + ((int64_t(p) * args.slice_warps + sub_slice) * 32 + lane) * kAcc;
 #pragma unroll
       for (int tt = 0; tt < kTokenTiles; ++tt) {
         *reinterpret_cast<float4*>(dst + 4 * tt) = make_float4(acc[tt][0], acc[tt][1], acc[tt][2], acc[tt][3]);
       }
     }
     __syncthreads();
-    store_tiles(args, partial, first_tile, tiles, warps);
+    if (args.splits > 1) {
+      store_cluster(args, partial, reinterpret_cast<float*>(smem), first_tile, tiles, rank);
+      return;
+    }
+    store_outputs(args, first_tile, 0, tiles * args.m * (kStreamTileRows / 2), [&](int tile, int token, int r) {
+      return make_float2(slice_sum(args, partial, tile, token, r), slice_sum(args, partial, tile, token, r + 1));
+    });
   }
 };
 
