@@ -29,13 +29,16 @@ def backend(fp4, b_format: str, m: int, n: int, k: int) -> str:
     return call.backend(10 * major + minor) or "reference"
 
 
-def timed_row(fp4, fmt: str, x: Tensor, packed: list, w_bf16: Tensor) -> dict:
-    """One format at one M: cuBLAS bf16 first, then ours, on the same activations and weight."""
+def timed_row(fp4, fmt: str, x: Tensor, packed: list, bf16: list) -> dict:
+    """One format at one M: cuBLAS bf16 first, then ours, on the same activations and weight (packed:
+    the weight's rotation copies, bf16: those of its exact bf16 values)."""
+    w_bf16 = bf16[0][0]
     m, k, n = x.shape[0], x.shape[1], w_bf16.shape[0]
     b_format = fmt.removeprefix("w4a16-")
     out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-    cublas_us = median_us(rotating(lambda wb: torch.mm(x, wb.T, out=out), copies((w_bf16,))))
+    cublas_us = median_us(rotating(lambda wb: torch.mm(x, wb.T, out=out), bf16))
     peer = torch.mm(x, w_bf16.T)
+
     def ours(b: Tensor, sfb: Tensor) -> None:
         fp4.dense_gemm(x, b, None, sfb, out, mode=fmt)
 
@@ -55,11 +58,11 @@ def shape_rows(fp4, n: int, k: int) -> list[dict]:
     for fmt in FORMATS:
         b_format = fmt.removeprefix("w4a16-")
         b, sfb = fp4.group_wise_quant(w, MODES[b_format])
-        weights[fmt] = (copies((b, sfb)), dequantized_bf16(fp4, b, sfb, b_format))
+        weights[fmt] = (copies((b, sfb)), copies((dequantized_bf16(fp4, b, sfb, b_format),)))
     rows = []
     for m in MS:
         x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-        rows += [timed_row(fp4, fmt, x, packed, w_bf16) for fmt, (packed, w_bf16) in weights.items()]
+        rows += [timed_row(fp4, fmt, x, packed, bf16) for fmt, (packed, bf16) in weights.items()]
     return rows
 
 
