@@ -117,8 +117,9 @@ __device__ __forceinline__ void finished_block(const EncodeParams& p, int64_t ro
   }
 }
 
-// One thread per (row, block) of the scale grid, kRowsPerThread rows of a block column each, as the
-// quantizer walks it: real blocks get their codes and scale, padding gets scale 0.
+// One thread per (row, block) of the scale grid, as the quantizer walks it (real blocks get their
+// codes and scale, padding gets scale 0), but one row per thread, not the quantizer's four: the
+// activations' arithmetic needs the threads (at 256 x 4096 four rows a thread left 64 CTAs).
 __global__ void __launch_bounds__(kMatrixThreads) encode_kernel(const EncodeParams p) {
   griddep_wait();
   griddep_launch_dependents();
@@ -158,7 +159,7 @@ void run(const GemmProblem& p, cudaStream_t stream) {
   e.scales = static_cast<uint8_t*>(p.epilogue.out_scales);
   e.vector_stores = is_aligned(e.values, kBlockBytes);
   if (!is_aligned(e.stage, 16)) throw std::runtime_error("fp4_gemm: the staged GEMM's scratch is not 16-byte aligned");
-  const MatrixLaunch shape = matrix_launch(ceil_div(e.grid.rows, kRowsPerThread<Nvfp4Recipe>), e.grid.cols);
+  const MatrixLaunch shape = matrix_launch(e.grid.rows, e.grid.cols);
   // PDL: the kernel waits for the inner GEMM before its first read.
   launch_kernel(encode_kernel, shape.grid, shape.block, 0, stream, true, e);
 }

@@ -94,13 +94,15 @@ bool supports(const GemmProblem& p) {
   if (p.schedule == Schedule::M256 || !grouping_supported(p)) return false;
   if (p.groups > 1 && p.n % kBlockRows != 0) return false;
   if (!operand_pair_supported(p.a.format, p.b.format)) return false;
-  if (e.out_format != OutFormat::Bf16 && e.out_format != OutFormat::Fp16) return false;
+  // Float32: the staged backend's stage (NVFP4 outputs and GeGLU encoded from it).
+  const bool fp32 = e.out_format == OutFormat::Fp32;
+  if (e.out_format != OutFormat::Bf16 && e.out_format != OutFormat::Fp16 && !fp32) return false;
   if (e.activation == Activation::Geglu) return false;
   if (e.bias_per_group && p.grouping == Grouping::Dense) return false;
   if (e.alpha != nullptr && !((e.alpha_count == 1 || e.alpha_count == p.groups) && is_aligned(e.alpha, 4))) return false;
   if (e.bias != nullptr && !is_aligned(e.bias, float_type_bytes(e.bias_type))) return false;
   // Paired output stores; bulk copies of B rows and SfAtom tiles; 16-byte loads of A, 4-byte of sfa.
-  if (!is_aligned(e.out, 4) || (e.residual != nullptr && !is_aligned(e.residual, 2))) return false;
+  if (!is_aligned(e.out, fp32 ? 8 : 4) || (e.residual != nullptr && !is_aligned(e.residual, 2))) return false;
   if (p.k % block_size(p.b.format) != 0 || row_bytes(p.b.format, p.k) % kChunkBytes != 0) return false;
   if (row_bytes(p.a.format, p.k) % kChunkBytes != 0) return false;
   if (!is_aligned(p.a.values, 16) || !is_aligned(p.b.values, 16) || !is_aligned(p.b.scales, 16)) return false;
