@@ -30,12 +30,10 @@
 namespace fp4_gemm {
 namespace {
 
-constexpr int64_t kStageAlign = 256;
-
 bool geglu(const GemmProblem& p) { return p.epilogue.activation == Activation::Geglu; }
 
 // The float32 stage [M, N].
-int64_t stage_bytes(const GemmProblem& p) { return ceil_div(p.m * p.n * 4, kStageAlign) * kStageAlign; }
+int64_t stage_bytes(const GemmProblem& p) { return scratch_part_bytes(p.m * p.n * 4); }
 
 // The problem the inner backend computes: alpha * A @ B^T in float32, its out and scratch in `p`'s
 // scratch (once allocated).

@@ -36,7 +36,6 @@ constexpr int kMaxSplits = 8;      // the portable cluster size
 constexpr int kVariantStaged = 3;
 constexpr int kVariantRegisterStream = 4;
 constexpr int kMaxDevices = 64;
-constexpr int64_t kScratchAlignment = 256;
 
 // Operand pairs the kernel decodes: the three symmetric modes, E0M3 weights under NVFP4 or E0M3
 // activations, and bf16 activations (W4A16) over NVFP4, MXFP4 or MXFP8 weights.
@@ -531,7 +530,7 @@ void run_register_stream(const GemmProblem& p, const StreamPlan& plan, cudaStrea
                   stream, args);
 }
 
-int64_t span_bytes(const GemmProblem& p) { return ceil_div(2 * p.groups * 4, kScratchAlignment) * kScratchAlignment; }
+int64_t span_bytes(const GemmProblem& p) { return scratch_part_bytes(2 * p.groups * 4); }
 
 // Contiguous problems: each group's span of rows (find_group_spans, from the ids on the device).
 int64_t scratch_bytes(const GemmProblem& p) { return p.grouping == Grouping::Contiguous ? span_bytes(p) : 0; }

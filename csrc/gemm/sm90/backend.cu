@@ -190,22 +190,21 @@ struct Scratch {
   int64_t partials = 0, b_bf16 = 0, spans = 0, bytes = 0;
 };
 
-constexpr int64_t kAlign = 256;
 
 Scratch scratch_layout(const GemmProblem& p) {
   const TileShape tile = tile_shape(p);
   const WorkSplit split = work_split(p, tile);
   Scratch layout;
   if (split.stream_k) {
-    layout.partials = ceil_div(split.ctas * int64_t(sizeof(int)), kAlign) * kAlign;
+    layout.partials = scratch_part_bytes(split.ctas * int64_t(sizeof(int)));
     layout.bytes = layout.partials + split.ctas * int64_t(tile.rows) * tile.width * int64_t(sizeof(float));
   }
   if (bf16_b(p)) {
-    layout.b_bf16 = ceil_div(layout.bytes, kAlign) * kAlign;
+    layout.b_bf16 = scratch_part_bytes(layout.bytes);
     layout.bytes = layout.b_bf16 + p.n * p.k * 2;
   }
   if (p.grouping == Grouping::Contiguous) {  // first[groups], then rows[groups]
-    layout.spans = ceil_div(layout.bytes, kAlign) * kAlign;
+    layout.spans = scratch_part_bytes(layout.bytes);
     layout.bytes = layout.spans + 2 * p.groups * int64_t(sizeof(int32_t));
   }
   return layout;
