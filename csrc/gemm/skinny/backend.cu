@@ -362,10 +362,12 @@ struct StreamPlan {
   int64_t cost;  // the serial work of one warp, in quarter steps (make_stream_plan)
 };
 
-// Dense 4-bit weights in the row-major layout, A in their format or bf16, at most 16 rows.
+// Dense weights in the row-major layout, at most 16 rows: 4-bit weights with A in their format or
+// bf16, MXFP8 weights with MXFP8 A (the API has no bf16-activation mode over MXFP8 weights).
 bool register_stream_supported(const GemmProblem& p) {
   using F = OperandFormat;
   if (p.grouping != Grouping::Dense || p.groups != 1 || p.m > kMaxTokens || p.b_interleaved) return false;
+  if (p.b.format == F::Mxfp8) return p.a.format == F::Mxfp8;
   if (p.b.format != F::Nvfp4 && p.b.format != F::Mxfp4) return false;
   return p.a.format == p.b.format || p.a.format == F::Bf16;
 }
@@ -379,6 +381,7 @@ std::pair<StreamKernelFn, int> stream_kernel_for(int token_tiles) {
 std::pair<StreamKernelFn, int> select_stream_kernel(const GemmProblem& p, int token_tiles) {
   using F = OperandFormat;
   const bool bf16 = p.a.format == F::Bf16;
+  if (p.b.format == F::Mxfp8) return stream_kernel_for<F::Mxfp8, F::Mxfp8>(token_tiles);
   if (p.b.format == F::Nvfp4) {
     return bf16 ? stream_kernel_for<F::Bf16, F::Nvfp4>(token_tiles) : stream_kernel_for<F::Nvfp4, F::Nvfp4>(token_tiles);
   }
@@ -390,7 +393,7 @@ std::pair<StreamKernelFn, int> select_stream_kernel(const GemmProblem& p, int to
 // partial sums of every warp and tile.
 void size_stream_shared_memory(const GemmProblem& p, StreamPlan& plan) {
   const int slice_steps = int(ceil_div(plan.steps, plan.splits));
-  plan.token_stride = slice_steps * kStreamStepFragmentBytes + 64;  // 64 mod 128: no bank conflicts
+  plan.token_stride = slice_steps * stream_step_fragment_bytes(element_bits(p.b.format)) + 64;  // 64 mod 128
   const int act_bytes = int(p.m + 1) * plan.token_stride;           // and a row of zeros
   const int sums_bytes = plan.splits > 1 ? plan.tiles_per_cta * int(p.m) * kStreamTileRows * 4 : 0;
   plan.partial_offset = std::max(act_bytes, sums_bytes);
