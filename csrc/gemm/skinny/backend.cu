@@ -1,7 +1,7 @@
 // The skinny backend: which problems its two kernels serve, how a launch is planned, and the
 // registration. The staged kernel (kernel.cuh) serves every problem of the tier (slab warps, ring
 // depth, the K split over a cluster, the grid); the register-streaming kernel (register_stream.cuh)
-// dense 4-bit problems where it was measured faster (choose_stream_plan).
+// dense problems with 4-bit or MXFP8 weights where it was measured faster (choose_stream_plan).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -342,7 +342,8 @@ void set_operands(const GemmProblem& p, Args& args) {
 constexpr int kStreamStepsPerWarp = 4;  // the fewest steps of a row a warp's slice should hold
 constexpr int kStreamLongSteps = kStreamMaxWarps * kStreamStepsPerWarp;  // one CTA's warps at 4 steps each
 constexpr int kStreamClusterRows = 3;   // activation rows from which the planner's split runs (auto)
-constexpr int kStreamSmallWeightSteps = 64;  // tile steps per SM of the weights it runs at M > 8 (auto)
+constexpr int kStreamSmallWeightSteps = 64;  // tile steps per SM of the 4-bit weights it runs at M > 8 (auto)
+constexpr int kStreamMxfp8RowSteps = 64;     // the longest MXFP8 rows (K <= 8192) it runs at M > 8 (auto)
 
 using StreamKernelFn = void (*)(StreamArgs);
 
@@ -464,24 +465,30 @@ StreamPlan make_stream_plan(const GemmProblem& p, bool forced) {
 
 // Where the register-streaming kernel runs, and on which split: where the variant names it, else
 // (auto) as measured against the staged kernel on the H200 (benchmarks/NOTES.md, "K split over a
-// cluster"): every dense problem of up to 8 activation rows, and of 9 to 16 on expert-sized weights
-// (at most kStreamSmallWeightSteps steps of 16-row tiles per SM; on larger ones the staged kernel was
-// as fast or faster at (12288, 5120) and (8192, 8192)). From kStreamClusterRows rows on, the split
-// of the least serial work (make_stream_plan); with fewer, staging the activations is cheap and one
-// CTA per K range measured fastest, unless that leaves its warps more than 4 steps each (long K):
-// then the fewest CTAs, a power of two, whose slices have at most kStreamLongSteps steps. A grid
-// limited to some SMs (sm_count) runs the staged kernel, whose grid is persistent.
+// cluster" and "MXFP8 weights"): every dense problem of up to 8 activation rows, and of 9 to 16 on
+// expert-sized 4-bit weights (at most kStreamSmallWeightSteps steps of 16-row tiles per SM; on larger
+// ones the staged kernel was as fast or faster at (12288, 5120) and (8192, 8192)) and on MXFP8 rows
+// of at most kStreamMxfp8RowSteps steps (the staged kernel was faster at K = 17408). From
+// kStreamClusterRows rows on, the split of the least serial work (make_stream_plan); with fewer,
+// staging the activations is cheap and one CTA per K range measured fastest, unless that leaves its
+// warps more than 4 steps each (long K): then the fewest CTAs, a power of two, whose slices have at
+// most kStreamLongSteps steps. MXFP8 rows long enough for that to be kMaxSplits take it at every M
+// (at K = 17408, M = 4, the least-work split measured slower than the staged kernel, S = 8 faster).
+// A grid limited to some SMs (sm_count) runs the staged kernel, whose grid is persistent.
 StreamPlan choose_stream_plan(const GemmProblem& p) {
   if (p.variant == kVariantStaged || !register_stream_supported(p)) return StreamPlan{};
   if (p.variant == kVariantRegisterStream) return make_stream_plan(p, true);
   if (p.sm_count > 0) return StreamPlan{};
+  const bool mxfp8 = p.b.format == OperandFormat::Mxfp8;
   const int64_t steps = ceil_div(row_bytes(p.b.format, p.k), kStreamStepBytes);
   const int64_t sms = device_attribute(current_device(), cudaDevAttrMultiProcessorCount);
   const int64_t tile_steps = ceil_div(p.n, kStreamTileRows) * steps;
-  if (p.m > kTileTokens && tile_steps > kStreamSmallWeightSteps * sms) return StreamPlan{};
-  if (p.m >= kStreamClusterRows) return make_stream_plan(p, false);
+  if (p.m > kTileTokens && (mxfp8 ? steps > kStreamMxfp8RowSteps : tile_steps > kStreamSmallWeightSteps * sms)) {
+    return StreamPlan{};
+  }
   int splits = 1;
   while (splits < kMaxSplits && steps > int64_t(splits) * kStreamLongSteps) splits *= 2;
+  if (p.m >= kStreamClusterRows && !(mxfp8 && splits == kMaxSplits)) return make_stream_plan(p, false);
   return make_stream_plan(p, splits, false);
 }
 
