@@ -177,10 +177,11 @@ class DenseCase(NamedTuple):
 
 
 def dense_cases(fp4, n: int, k: int, formats: tuple[str, ...], ms: tuple[int, ...]) -> Iterator[DenseCase]:
-    """For each M (cuBLAS bf16 timed first, on the NVFP4 weight's exact values) and format: its case."""
+    """For each M (cuBLAS bf16 timed first, on the NVFP4 weight's exact values, or the first format's
+    without NVFP4) and format: its case."""
     w = (torch.randn(n, k, device="cuda") * 0.05).to(torch.bfloat16)
     weights = {fmt: Weight(fp4, fmt, w) for fmt in formats}
-    dense_copies = copies((weights["nvfp4"].bf16,))
+    dense_copies = copies((weights.get("nvfp4", next(iter(weights.values()))).bf16,))
     for m in ms:
         x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
         peer_us = cublas_us(x, dense_copies)  # the peer first

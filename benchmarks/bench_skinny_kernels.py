@@ -9,6 +9,8 @@ also times the register-streaming kernel's knobs (warps: K sub-slices of a CTA; 
 per CTA) at S = 1 on NVFP4.
 
     python benchmarks/bench_skinny_kernels.py --out benchmarks/results/h200-skinny-kernels.json
+    python benchmarks/bench_skinny_kernels.py --formats mxfp8 --shapes 17408x5120 5120x17408 4096x7168 \
+        2048x7168 1536x7168 --out benchmarks/results/h200-skinny-kernels-mxfp8.json
 """
 
 from __future__ import annotations

@@ -15,14 +15,16 @@ QUALIFICATION_SHAPES = [(17408, 5120), (5120, 17408), (12288, 5120), (8192, 8192
 EXPERT_SHAPES = [(4096, 7168), (7168, 2048), (2048, 7168), (1536, 7168)]
 # The skinny tier's kernels by the `gemm` knobs that name them (csrc/gemm/skinny/backend.cu): the
 # staged kernel (variant 3) serves every problem of the tier, the register-streaming kernel (variant
-# 4) dense problems with 4-bit weights whose activations fit in shared memory (elsewhere its id runs
-# the staged one), as one CTA per K range (splits 1) or with K split over a cluster of CTAs.
+# 4) dense problems with 4-bit weights (A in their format or bf16) or MXFP8 weights (A MXFP8) whose
+# activations fit in shared memory (elsewhere its id runs the staged one), as one CTA per K range
+# (splits 1) or with K split over a cluster of CTAs.
 SKINNY_KERNELS = {
     "staged": {"variant": 3},
     "register-stream": {"variant": 4, "splits": 1},
     "register-stream-cluster": {"variant": 4, "splits": 2},
 }
-REGISTER_STREAM_PAIRS = [("nvfp4", "nvfp4"), ("mxfp4", "mxfp4"), ("bf16", "nvfp4"), ("bf16", "mxfp4")]
+REGISTER_STREAM_PAIRS = [("nvfp4", "nvfp4"), ("mxfp4", "mxfp4"), ("mxfp8", "mxfp8"), ("bf16", "nvfp4"),
+                         ("bf16", "mxfp4")]  # fmt: skip
 
 
 def quantize(ref, fmt: str, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

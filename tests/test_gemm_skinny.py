@@ -440,17 +440,20 @@ def test_mx_scales_above_one_bf16_factor_within_the_bound(fp4, ref, pair, scales
 
 
 @requires_cuda
+@pytest.mark.parametrize("kernel", list(SKINNY_KERNELS))
 @pytest.mark.parametrize("a_format", ["mxfp8", "bf16"])
-def test_nan_e4m3_weight_elements_make_their_column_nan(fp4, ref, a_format):
+def test_nan_e4m3_weight_elements_make_their_column_nan(fp4, ref, a_format, kernel):
+    """Elements 0x7F / 0xFF of weight rows 77 and 90 (bf16 A: the staged kernel under every knob)."""
     m, n, k = 3, 136, 128
     ops = Operands(ref, a_format, "mxfp8", m, n, k, seed=24)
     a, b, sfa, sfb = ops.cuda()
     b.view(torch.uint8)[77, 5] = 0x7F
     b.view(torch.uint8)[90, 100] = 0xFF
-    nan_mask = gemm(fp4, a, b, sfa, sfb, a_format, "mxfp8", poisoned_out(m, n)).isnan().cpu()
+    out = gemm(fp4, a, b, sfa, sfb, a_format, "mxfp8", poisoned_out(m, n), **SKINNY_KERNELS[kernel])
+    nan_mask = out.isnan().cpu()
     expected = torch.zeros(m, n, dtype=torch.bool)
     expected[:, [77, 90]] = True
-    assert torch.equal(nan_mask, expected), f"{a_format}: NaN at {nan_mask.nonzero().tolist()[:8]}"
+    assert torch.equal(nan_mask, expected), f"{a_format} {kernel}: NaN at {nan_mask.nonzero().tolist()[:8]}"
 
 
 # ---- the streaming-layout repack -------------------------------------------------------------------
@@ -556,31 +559,33 @@ def test_register_stream_every_m_within_the_bound(fp4, ref, pair, n, m, splits):
 @pytest.mark.parametrize("tiles", [1, 3, 8])
 @pytest.mark.parametrize("warps", [1, 3, 8])
 @pytest.mark.parametrize("m", [1, 8, 13])
-def test_register_stream_every_knob_within_the_bound(fp4, ref, m, warps, tiles, splits):
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp8"])
+def test_register_stream_every_knob_within_the_bound(fp4, ref, fmt, m, warps, tiles, splits):
     """warps: K sub-slices of a CTA (more than its slice has steps leaves some idle); stages: 16-row
     tiles per CTA (with splits > 1 walked by 8 / warps groups of warps); splits: CTAs of a cluster."""
-    n, k = 520, 1280  # 5 steps of 256 elements a row: uneven slices
-    ops = Operands(ref, "nvfp4", "nvfp4", m, n, k, seed=800 + m)
+    n, k = 520, 1280  # 5 steps of 256 elements a row (NVFP4), 10 of 128 (MXFP8): uneven slices
+    ops = Operands(ref, fmt, fmt, m, n, k, seed=800 + m)
     a, b, sfa, sfb = ops.cuda()
-    out = gemm(fp4, a, b, sfa, sfb, "nvfp4", "nvfp4", poisoned_out(m, n), warps=warps, stages=tiles, splits=splits,
+    out = gemm(fp4, a, b, sfa, sfb, fmt, fmt, poisoned_out(m, n), warps=warps, stages=tiles, splits=splits,
                variant=REGISTER_STREAM)  # fmt: skip
-    what = f"M={m} warps={warps} tiles={tiles} splits={splits}"
+    what = f"{fmt} M={m} warps={warps} tiles={tiles} splits={splits}"
     assert_within_bound(out.cpu(), ops.product(), ops.a_dq, ops.b_dq, what)
 
 
 @requires_cuda
 @pytest.mark.parametrize("m", [1, 8, 16])
 @pytest.mark.parametrize("nk", [(17408, 5120), (5120, 17408), (1536, 7168)], ids=lambda s: f"{s[0]}x{s[1]}")
-def test_register_stream_planned_split_within_the_bound(fp4, ref, nk, m):
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp8"])
+def test_register_stream_planned_split_within_the_bound(fp4, ref, fmt, nk, m):
     """The split the planner picks for variant 4 (splits 0) on decode shapes, M = 16 at K = 17408 too,
     where one CTA cannot stage all of K."""
     n, k = nk
-    (a, b, sfa, sfb), a_dq, b_dq = gpu_operands(fp4, ref, "nvfp4", "nvfp4", m, n, k, seed=33)
-    names = kernel_names(lambda: gemm(fp4, a, b, sfa, sfb, "nvfp4", "nvfp4", poisoned_out(m, n),
+    (a, b, sfa, sfb), a_dq, b_dq = gpu_operands(fp4, ref, fmt, fmt, m, n, k, seed=33)
+    names = kernel_names(lambda: gemm(fp4, a, b, sfa, sfb, fmt, fmt, poisoned_out(m, n),
                                       variant=REGISTER_STREAM))  # fmt: skip
-    assert any("register_stream_kernel" in name for name in names), f"M={m} {n}x{k}: launched {names}"
-    out = gemm(fp4, a, b, sfa, sfb, "nvfp4", "nvfp4", poisoned_out(m, n), variant=REGISTER_STREAM)
-    assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"M={m} {n}x{k} planned split")
+    assert any("register_stream_kernel" in name for name in names), f"{fmt} M={m} {n}x{k}: launched {names}"
+    out = gemm(fp4, a, b, sfa, sfb, fmt, fmt, poisoned_out(m, n), variant=REGISTER_STREAM)
+    assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"{fmt} M={m} {n}x{k} planned split")
 
 
 @requires_cuda
@@ -600,10 +605,10 @@ def test_register_stream_adversarial_scales_within_the_bound(fp4, ref, splits, p
 
 @requires_cuda
 @pytest.mark.parametrize("splits", [3, 8])
-@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("fmt", list(MODES))
 def test_register_stream_cluster_nan_scales_make_their_row_and_column_nan(fp4, ref, fmt, splits):
-    """NaN scale codes in the slices of different ranks: K = 2048 (8 steps a row), token 11's in rank
-    0's slice, weight row 130's in the last rank's."""
+    """NaN scale codes in the slices of different ranks: K = 2048 (8 steps a row, 16 for MXFP8), token
+    11's in rank 0's slice, weight row 130's in the last rank's."""
     knobs = {"variant": REGISTER_STREAM, "splits": splits}
     assert_nan_scales_make_their_row_and_column_nan(fp4, ref, fmt, 16, 2048, 11, knobs, f"{fmt} S={splits}")
 

@@ -1,7 +1,7 @@
 // The skinny backend: which problems its two kernels serve, how a launch is planned, and the
 // registration. The staged kernel (kernel.cuh) serves every problem of the tier (slab warps, ring
 // depth, the K split over a cluster, the grid); the register-streaming kernel (register_stream.cuh)
-// dense 4-bit problems where it was measured faster (choose_stream_plan).
+// dense problems with 4-bit or MXFP8 weights where it was measured faster (choose_stream_plan).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -343,7 +343,8 @@ void set_operands(const GemmProblem& p, Args& args) {
 constexpr int kStreamStepsPerWarp = 4;  // the fewest steps of a row a warp's slice should hold
 constexpr int kStreamLongSteps = kStreamMaxWarps * kStreamStepsPerWarp;  // one CTA's warps at 4 steps each
 constexpr int kStreamClusterRows = 3;   // activation rows from which the planner's split runs (auto)
-constexpr int kStreamSmallWeightSteps = 64;  // tile steps per SM of the weights it runs at M > 8 (auto)
+constexpr int kStreamSmallWeightSteps = 64;  // tile steps per SM of the 4-bit weights it runs at M > 8 (auto)
+constexpr int kStreamMxfp8RowSteps = 64;     // the longest MXFP8 rows (K <= 8192) it runs at M > 8 (auto)
 
 using StreamKernelFn = void (*)(StreamArgs);
 
@@ -363,10 +364,12 @@ struct StreamPlan {
   int64_t cost;  // the serial work of one warp, in quarter steps (make_stream_plan)
 };
 
-// Dense 4-bit weights in the row-major layout, A in their format or bf16, at most 16 rows.
+// Dense weights in the row-major layout, at most 16 rows: 4-bit weights with A in their format or
+// bf16, MXFP8 weights with MXFP8 A (the API has no bf16-activation mode over MXFP8 weights).
 bool register_stream_supported(const GemmProblem& p) {
   using F = OperandFormat;
   if (p.grouping != Grouping::Dense || p.groups != 1 || p.m > kMaxTokens || p.b_interleaved) return false;
+  if (p.b.format == F::Mxfp8) return p.a.format == F::Mxfp8;
   if (p.b.format != F::Nvfp4 && p.b.format != F::Mxfp4) return false;
   return p.a.format == p.b.format || p.a.format == F::Bf16;
 }
@@ -380,6 +383,7 @@ std::pair<StreamKernelFn, int> stream_kernel_for(int token_tiles) {
 std::pair<StreamKernelFn, int> select_stream_kernel(const GemmProblem& p, int token_tiles) {
   using F = OperandFormat;
   const bool bf16 = p.a.format == F::Bf16;
+  if (p.b.format == F::Mxfp8) return stream_kernel_for<F::Mxfp8, F::Mxfp8>(token_tiles);
   if (p.b.format == F::Nvfp4) {
     return bf16 ? stream_kernel_for<F::Bf16, F::Nvfp4>(token_tiles) : stream_kernel_for<F::Nvfp4, F::Nvfp4>(token_tiles);
   }
@@ -391,7 +395,7 @@ std::pair<StreamKernelFn, int> select_stream_kernel(const GemmProblem& p, int to
 // partial sums of every warp and tile.
 void size_stream_shared_memory(const GemmProblem& p, StreamPlan& plan) {
   const int slice_steps = int(ceil_div(plan.steps, plan.splits));
-  plan.token_stride = slice_steps * kStreamStepFragmentBytes + 64;  // 64 mod 128: no bank conflicts
+  plan.token_stride = slice_steps * stream_step_fragment_bytes(element_bits(p.b.format)) + 64;  // 64 mod 128
   const int act_bytes = int(p.m + 1) * plan.token_stride;           // and a row of zeros
   const int sums_bytes = plan.splits > 1 ? plan.tiles_per_cta * int(p.m) * kStreamTileRows * 4 : 0;
   plan.partial_offset = std::max(act_bytes, sums_bytes);
@@ -462,24 +466,30 @@ StreamPlan make_stream_plan(const GemmProblem& p, bool forced) {
 
 // Where the register-streaming kernel runs, and on which split: where the variant names it, else
 // (auto) as measured against the staged kernel on the H200 (benchmarks/NOTES.md, "K split over a
-// cluster"): every dense problem of up to 8 activation rows, and of 9 to 16 on expert-sized weights
-// (at most kStreamSmallWeightSteps steps of 16-row tiles per SM; on larger ones the staged kernel was
-// as fast or faster at (12288, 5120) and (8192, 8192)). From kStreamClusterRows rows on, the split
-// of the least serial work (make_stream_plan); with fewer, staging the activations is cheap and one
-// CTA per K range measured fastest, unless that leaves its warps more than 4 steps each (long K):
-// then the fewest CTAs, a power of two, whose slices have at most kStreamLongSteps steps. A grid
-// limited to some SMs (sm_count) runs the staged kernel, whose grid is persistent.
+// cluster" and "MXFP8 weights"): every dense problem of up to 8 activation rows, and of 9 to 16 on
+// expert-sized 4-bit weights (at most kStreamSmallWeightSteps steps of 16-row tiles per SM; on larger
+// ones the staged kernel was as fast or faster at (12288, 5120) and (8192, 8192)) and on MXFP8 rows
+// of at most kStreamMxfp8RowSteps steps (the staged kernel was faster at K = 17408). From
+// kStreamClusterRows rows on, the split of the least serial work (make_stream_plan); with fewer,
+// staging the activations is cheap and one CTA per K range measured fastest, unless that leaves its
+// warps more than 4 steps each (long K): then the fewest CTAs, a power of two, whose slices have at
+// most kStreamLongSteps steps. MXFP8 rows long enough for that to be kMaxSplits take it at every M
+// (at K = 17408, M = 4, the least-work split measured slower than the staged kernel, S = 8 faster).
+// A grid limited to some SMs (sm_count) runs the staged kernel, whose grid is persistent.
 StreamPlan choose_stream_plan(const GemmProblem& p) {
   if (p.variant == kVariantStaged || !register_stream_supported(p)) return StreamPlan{};
   if (p.variant == kVariantRegisterStream) return make_stream_plan(p, true);
   if (p.sm_count > 0) return StreamPlan{};
+  const bool mxfp8 = p.b.format == OperandFormat::Mxfp8;
   const int64_t steps = ceil_div(row_bytes(p.b.format, p.k), kStreamStepBytes);
   const int64_t sms = device_attribute(current_device(), cudaDevAttrMultiProcessorCount);
   const int64_t tile_steps = ceil_div(p.n, kStreamTileRows) * steps;
-  if (p.m > kTileTokens && tile_steps > kStreamSmallWeightSteps * sms) return StreamPlan{};
-  if (p.m >= kStreamClusterRows) return make_stream_plan(p, false);
+  if (p.m > kTileTokens && (mxfp8 ? steps > kStreamMxfp8RowSteps : tile_steps > kStreamSmallWeightSteps * sms)) {
+    return StreamPlan{};
+  }
   int splits = 1;
   while (splits < kMaxSplits && steps > int64_t(splits) * kStreamLongSteps) splits *= 2;
+  if (p.m >= kStreamClusterRows && !(mxfp8 && splits == kMaxSplits)) return make_stream_plan(p, false);
   return make_stream_plan(p, splits, false);
 }
 

@@ -1,21 +1,23 @@
 // The register-streaming skinny kernel: out = epilogue(A @ B^T) for a dense problem of at most 16
-// activation rows against 4-bit weights (NVFP4, MXFP4), A in B's format or bf16 (W4A16)
-// (docs/API.md, "Decode and speculative-verify kernels"; reference: reference.gemm).
+// activation rows against 4-bit weights (NVFP4, MXFP4; A in B's format or bf16, W4A16) or MXFP8
+// weights (A MXFP8) (docs/API.md, "Decode and speculative-verify kernels"; reference: reference.gemm).
 //
 // Work. A cluster of S CTAs owns P consecutive 16-row tiles of B (the mma's M side); CTA rank q
 // takes the q-th of S slices of K (whole steps of 128 bytes of a row). Its warps are Wt groups of
 // Wk: group j streams tiles j, j + Wt, ... of the P, warp i of a group the i-th of Wk sub-slices of
 // the CTA's slice. No shared stages, no producer warp, no mbarriers: lane (g, t) loads chunks 2t and
-// 2t + 1 (16 bytes each) of every step of rows g and g + 8 straight into registers with
-// non-allocating loads, the next step's while it decodes this one, and the scale codes of those
-// chunks' blocks with one load per row (four NVFP4 or two MXFP4 blocks: consecutive bytes of the
-// SfAtom layout). Rows past N and chunks past K are never read: their words and codes are zeros.
+// 2t + 1 (16 bytes each: 32 4-bit or 16 8-bit elements) of every step of rows g and g + 8 straight
+// into registers with non-allocating loads, the next step's while it decodes this one, and the scale
+// codes of those chunks' blocks with one load per row (four NVFP4, two MXFP4 or one MXFP8 block:
+// consecutive bytes of the SfAtom layout). Rows past N and chunks past K are never read: their words
+// and codes are zeros.
 //
 // Activations. Before the weight loop the CTA decodes (block-scaled A) or gathers (bf16 A) its M
 // rows, its slice of K, once into shared memory as the mma's B fragments in the weights' element
 // order (operands.cuh's ActivationChunk), the chunks of the last step past K as zeros; one
-// __syncthreads. The weight loop then reads one 16-byte fragment per word and token tile with a
-// shared load (the lanes of tokens past M read a row of zeros). The Wt groups share them.
+// __syncthreads. The weight loop then reads one 16-byte fragment (four bf16 pairs: those of one
+// 4-bit word, or of two 8-bit words) per token tile with a shared load (the lanes of tokens past M
+// read a row of zeros). The Wt groups share them.
 //
 // Reduction, in a fixed order: each warp stores its accumulators of every tile to shared memory;
 // after one __syncthreads the CTA sums the Wk sub-slices in warp order. With S = 1 it applies the
@@ -42,11 +44,14 @@ namespace fp4_gemm::skinny {
 constexpr int kStreamTileRows = 16;                          // weight rows of a warp: one mma's M side
 constexpr int kStreamStepBytes = 128;                        // bytes of a row one warp step takes
 constexpr int kStreamStepChunks = kStreamStepBytes / 16;     // 16-byte chunks: two per lane
-constexpr int kStreamFragmentBytes = 16;                     // one lane's four bf16 pairs of a word
-constexpr int kStreamStepFragmentBytes = kStreamStepChunks * kChunkWords * kStreamFragmentBytes;
+constexpr int kStreamFragmentBytes = 16;                     // one lane's four bf16 pairs
 constexpr int kStreamMaxWarps = 8;
 constexpr int kStreamMaxTiles = 32;
 
+// Shared memory of one activation row's fragments of a step: the step's elements as bf16.
+__host__ __device__ constexpr int stream_step_fragment_bytes(int element_bits) {
+  return kStreamStepBytes * 8 / element_bits * 2;
+}
 struct StreamArgs {
   const uint8_t* a;    // [m, a_row_bytes]: block-scaled values, or bf16
   const uint8_t* sfa;  // SfAtom scales of A's rows (block-scaled A)
@@ -74,13 +79,18 @@ template <OperandFormat kA, OperandFormat kB, int kTokenTiles>
 struct RegisterStreamKernel {
   using CodecB = OperandCodec<kB>;
   using Chunk = ActivationChunk<kA, kB>;
-  static_assert(CodecB::kElementBits == 4, "the register-streaming kernel reads 4-bit weights");
-  static constexpr int kPairs = WordShape<kB>::kPairs;
-  static constexpr int kMmaSteps = kPairs / 2;  // mma k16 steps per word
-  static constexpr int kChunkBlocks = WordShape<kB>::kChunkElements / CodecB::kBlock;  // 2 NVFP4, 1 MXFP4
-  static constexpr int kLaneBlocks = 2 * kChunkBlocks;  // scale bytes of a lane's two chunks of a row
+  static_assert(CodecB::kElementBits == 4 || CodecB::kElementBits == 8, "4-bit or 8-bit weights");
+  static constexpr int kPairs = WordShape<kB>::kPairs;          // bf16 pairs per word: 4 (4-bit), 2 (8-bit)
+  static constexpr int kMmaSteps = kPairs / 2;                   // mma k16 steps per word
+  static constexpr int kFragmentWords = 4 / kPairs;              // words whose pairs fill one fragment
+  static constexpr int kChunkFragments = kChunkWords / kFragmentWords;
+  static constexpr int kStepFragmentBytes = stream_step_fragment_bytes(CodecB::kElementBits);
+  static_assert(kStepFragmentBytes == 2 * kChunkFragments * 4 * kStreamFragmentBytes, "fragment layout");
+  // Scale bytes of a lane's two chunks of a row: 4 NVFP4, 2 MXFP4, 1 MXFP8 (both chunks one block).
+  static constexpr int kLaneBlocks = 2 * WordShape<kB>::kChunkElements / CodecB::kBlock;
+  static constexpr int kChunkCodeBits = 8 * (kLaneBlocks / 2);  // where the second chunk's codes start
   // Bytes between the scale groups of consecutive steps (SfAtom: 4 blocks per 512-byte tile column).
-  static constexpr int kScaleStepBytes = kStreamStepChunks * kChunkBlocks / kSfTileCols * kSfTileBytes;
+  static constexpr int kScaleStepBytes = 4 * kLaneBlocks / kSfTileCols * kSfTileBytes;
   static constexpr int kAcc = 4 * kTokenTiles;
 
   // One lane's registers of a step: rows g and g + 8, chunks 2t and 2t + 1.
@@ -99,10 +109,10 @@ struct RegisterStreamKernel {
 
   // ---- the activations ---------------------------------------------------------------------------
 
-  // Chunk c of a token's row at: step c / 8, then (chunk parity h, word w), then lane t = (c % 8) / 2,
-  // so that the four lanes of a quarter warp read 64 consecutive bytes.
-  __device__ __forceinline__ static int fragment_offset(int c, int w) {
-    return (c / kStreamStepChunks) * kStreamStepFragmentBytes + ((c % 2) * kChunkWords + w) * 64 +
+  // Fragment u of chunk c of a token's row at: step c / 8, then (chunk parity h, fragment u), then
+  // lane t = (c % 8) / 2, so that the four lanes of a quarter warp read 64 consecutive bytes.
+  __device__ __forceinline__ static int fragment_offset(int c, int u) {
+    return (c / kStreamStepChunks) * kStepFragmentBytes + ((c % 2) * kChunkFragments + u) * 64 +
            ((c % kStreamStepChunks) / 2) * kStreamFragmentBytes;
   }
 
@@ -123,9 +133,9 @@ struct RegisterStreamKernel {
       }
       uint8_t* row = act + token * args.token_stride;
 #pragma unroll
-      for (int w = 0; w < kChunkWords; ++w) {
-        *reinterpret_cast<uint4*>(row + fragment_offset(c, w)) = make_uint4(pairs[w][0], pairs[w][1], pairs[w][2],
-                                                                           pairs[w][3]);
+      for (int u = 0; u < kChunkFragments; ++u) {
+        const auto pair = [&](int i) { return pairs[(4 * u + i) / kPairs][(4 * u + i) % kPairs]; };
+        *reinterpret_cast<uint4*>(row + fragment_offset(c, u)) = make_uint4(pair(0), pair(1), pair(2), pair(3));
       }
     }
   }
@@ -148,12 +158,17 @@ struct RegisterStreamKernel {
       if (!kMasked || chunk < rows.limit[h]) {
         if constexpr (kLaneBlocks == 4) {
           codes = __ldg(reinterpret_cast<const uint32_t*>(rows.scales[h]));
-        } else {
+        } else if constexpr (kLaneBlocks == 2) {
           codes = __ldg(reinterpret_cast<const uint16_t*>(rows.scales[h]));
+        } else {
+          codes = __ldg(rows.scales[h]);
         }
       }
-      // A second chunk past K: its blocks' codes are padding (possibly NaN codes), never used.
-      if (kMasked && chunk + 1 >= rows.limit[h]) codes &= (1u << (8 * kChunkBlocks)) - 1;
+      // A second chunk past K: its blocks' codes are padding (possibly NaN codes), never used. (An
+      // MXFP8 block spans both chunks, and K is a multiple of it: both or neither are past K.)
+      if constexpr (kLaneBlocks > 1) {
+        if (kMasked && chunk + 1 >= rows.limit[h]) codes &= (1u << kChunkCodeBits) - 1;
+      }
       s.codes[h] = codes;
       rows.values[h] += kStreamStepBytes;
       rows.scales[h] += kScaleStepBytes;
@@ -168,23 +183,27 @@ struct RegisterStreamKernel {
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
 #pragma unroll
-      for (int w = 0; w < kChunkWords; ++w) {
-        uint32_t x[kTokenTiles][kPairs];
+      for (int u = 0; u < kChunkFragments; ++u) {
+        uint32_t x[kTokenTiles][4];
 #pragma unroll
         for (int tt = 0; tt < kTokenTiles; ++tt) {
-          const uint4 v = *reinterpret_cast<const uint4*>(act[tt] + offset + (c * kChunkWords + w) * 64);
+          const uint4 v = *reinterpret_cast<const uint4*>(act[tt] + offset + (c * kChunkFragments + u) * 64);
           x[tt][0] = v.x, x[tt][1] = v.y, x[tt][2] = v.z, x[tt][3] = v.w;
         }
-        uint32_t p[2][kPairs];
-        CodecB::template decode<kRest>(s.words[0][c][w], f[0][c], w, p[0]);
-        CodecB::template decode<kRest>(s.words[1][c][w], f[1][c], w, p[1]);
 #pragma unroll
-        for (int k = 0; k < kMmaSteps; ++k) {
-          const uint32_t a_frag[4] = {p[0][2 * k], p[1][2 * k], p[0][2 * k + 1], p[1][2 * k + 1]};
+        for (int i = 0; i < kFragmentWords; ++i) {
+          const int w = u * kFragmentWords + i;
+          uint32_t p[2][kPairs];
+          CodecB::template decode<kRest>(s.words[0][c][w], f[0][c], w, p[0]);
+          CodecB::template decode<kRest>(s.words[1][c][w], f[1][c], w, p[1]);
 #pragma unroll
-          for (int tt = 0; tt < kTokenTiles; ++tt) {
-            const uint32_t b_frag[2] = {x[tt][2 * k], x[tt][2 * k + 1]};
-            mma_bf16_16x8x16(acc[tt], a_frag, b_frag);
+          for (int k = 0; k < kMmaSteps; ++k) {
+            const uint32_t a_frag[4] = {p[0][2 * k], p[1][2 * k], p[0][2 * k + 1], p[1][2 * k + 1]};
+#pragma unroll
+            for (int tt = 0; tt < kTokenTiles; ++tt) {
+              const uint32_t b_frag[2] = {x[tt][i * kPairs + 2 * k], x[tt][i * kPairs + 2 * k + 1]};
+              mma_bf16_16x8x16(acc[tt], a_frag, b_frag);
+            }
           }
         }
       }
@@ -200,7 +219,7 @@ struct RegisterStreamKernel {
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
-        f[h][c] = CodecB::factors(s.codes[h] >> (8 * kChunkBlocks * c));
+        f[h][c] = CodecB::factors(s.codes[h] >> (kChunkCodeBits * c));
         if constexpr (CodecB::kHasRest) twice = twice || f[h][c].twice;
       }
     }
@@ -232,10 +251,10 @@ struct RegisterStreamKernel {
     load(begin, even);
     for (int step = begin; step < end; step += 2) {
       if (step + 1 < end) load(step + 1, odd);
-      compute_step(even, act, (step - first_step) * kStreamStepFragmentBytes, acc);
+      compute_step(even, act, (step - first_step) * kStepFragmentBytes, acc);
       if (step + 1 < end) {
         if (step + 2 < end) load(step + 2, even);
-        compute_step(odd, act, (step + 1 - first_step) * kStreamStepFragmentBytes, acc);
+        compute_step(odd, act, (step + 1 - first_step) * kStepFragmentBytes, acc);
       }
     }
   }
@@ -331,8 +350,9 @@ struct RegisterStreamKernel {
       act[tt] = smem + token * args.token_stride + t * kStreamFragmentBytes;
     }
     float* partial = reinterpret_cast<float*>(smem + args.partial_offset);
-    // The lane's scale bytes of its first step: tile column t (NVFP4) or t / 2, bytes 2 (t % 2) (MXFP4).
-    const int scale_lane = (2 * t * kChunkBlocks / kSfTileCols) * kSfTileBytes + (2 * t * kChunkBlocks) % kSfTileCols;
+    // The lane's scale bytes of its first step: tile column t (NVFP4), t / 2, bytes 2 (t % 2) (MXFP4),
+    // or byte t (MXFP8).
+    const int scale_lane = (t * kLaneBlocks / kSfTileCols) * kSfTileBytes + (t * kLaneBlocks) % kSfTileCols;
 
     const int whole_steps = args.row_chunks / kStreamStepChunks;
     for (int p = tile_group; p < tiles; p += args.tile_warps) {
