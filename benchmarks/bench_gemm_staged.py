@@ -12,7 +12,8 @@ import torch
 from bench_common import median_us, on_reference, run
 
 TIMING = {"warmup": 5, "rep": 50}  # the reference rows take seconds each
-SHAPES = [(256, 4096, 4096), (4096, 4096, 4096), (4096, 17408, 5120)]  # (M, N_out, K)
+# (M, N_out, K): decode (the stage on the M <= 16 kernels), then the engine's
+SHAPES = [(1, 17408, 5120), (16, 17408, 5120), (256, 4096, 4096), (4096, 4096, 4096), (4096, 17408, 5120)]
 
 
 def nvfp4(fp4, rows: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:

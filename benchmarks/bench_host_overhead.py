@@ -1,18 +1,22 @@
 """Host cost per call of every public GEMM and quantizer against torch.mm, on tiny shapes.
 
-At M = 16, N = 64, K = 128 the kernels are tiny, so back-to-back calls measure the host's time per
-call: the Python layer (validation, output allocation, building the op call), the op's dispatch and
-the launch. Each row: median over REPEATS of (2000 calls, then one synchronize) / 2000, in
-microseconds; `vs_torch_mm` divides by the same measurement of torch.mm on bf16 operands of the
-same shape, in the same process. Caller output buffers are passed where a function takes them (as
-the hot path should); `torch_mm_out` is torch.mm with `out=`.
+At M = 16, N = 64, K = 128 the kernels are tiny, and what a call costs is the host's work: the Python
+layer (validation, output allocation, building the op call), the op's dispatch, the C++ host code
+(backend choice, launch planning) and the launches. `host_us_per_call`: the time to issue
+ISSUED_CALLS calls while the GPU is held busy by a sleep kernel queued before them, so that no call
+waits for the device and the launch queue never fills (checked: the sleep is still running when
+the last call returns); median over REPEATS. torch.mm on bf16 operands of the same shape is timed
+the same way, alternating with the function in the same process (the host's speed drifts), and
+`vs_torch_mm` is the median of the per-repeat ratios. Caller output buffers are passed where a
+function takes them (as the hot path should); `torch_mm_out` is torch.mm with `out=`.
 
-Two more columns say where the time goes. `gpu_us_per_call`: the device's time per call, from
-GRAPH_CALLS calls captured in one CUDA graph and replayed (no host work): a row whose host time is
-not far above it is bound by the GPU, not the host. `python_us_per_call`: the same back-to-back
-timing after every op of the package got a CUDA kernel that does nothing (stub_ops): the Python
-layer and the dispatcher's parse of the op's arguments, without the C++ host code behind the op
-(backend choice, launch planning, the launch). The difference is that C++ host code.
+Three more columns say where the time goes. `back_to_back_us_per_call`: CALLS calls back to back,
+then one synchronize, per call: the rate of an eager loop, which the device bounds where a call's
+kernels take longer than its host work (`gpu_us_per_call`: the device's time per call, from
+GRAPH_CALLS calls captured in one CUDA graph and replayed, no host work). `python_us_per_call`:
+back-to-back timing after every op of the package got a CUDA kernel that does nothing (stub_ops):
+the Python layer and the dispatcher's parse of the op's arguments, without the C++ host code behind
+the op. The difference to host_us_per_call is that C++ host code and the launches.
 
     python benchmarks/bench_host_overhead.py --out benchmarks/results/h200-host-overhead.json
 """
@@ -31,6 +35,8 @@ from torch.utils.cpp_extension import load_inline
 
 M, N, K = 16, 64, 128
 CALLS, REPEATS = 2000, 7
+ISSUED_CALLS, ISSUE_REPEATS = 200, 15  # 200 calls of up to 3 launches each stay inside the launch queue
+SLEEP_CYCLES = 30_000_000  # ~15 ms of GPU clock: longer than issuing ISSUED_CALLS calls of ~30 us
 GRAPH_CALLS, GRAPH_REPLAYS = 20, 10
 
 STUBS = """
@@ -63,8 +69,6 @@ def stub_ops(fp4, key: str, library: Path | None = None) -> None:
     torch.ops.fp4_gemm_host_cost_stubs.install(fp4.ops.name, list(fp4._registry.REFERENCE_IMPLS), key)
 
 
-
-
 def per_call_us(fn: Callable[[], object], device: str) -> float:
     """Median over REPEATS of the time per call of CALLS back-to-back calls (after a warm-up)."""
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -79,6 +83,46 @@ def per_call_us(fn: Callable[[], object], device: str) -> float:
         sync()
         times.append((time.perf_counter() - start) / CALLS * 1e6)
     return statistics.median(times)
+
+
+def issue_us(fn: Callable[[], object], device: str) -> float:
+    """The host's time per call to issue ISSUED_CALLS calls behind a sleeping GPU (on the CPU: back
+    to back). RuntimeError if the sleep ended before the last call returned (a call waited for the
+    device, or the queue filled)."""
+    if device != "cuda":
+        start = time.perf_counter()
+        for _ in range(ISSUED_CALLS):
+            fn()
+        return (time.perf_counter() - start) / ISSUED_CALLS * 1e6
+    torch.cuda.synchronize()
+    torch.cuda._sleep(SLEEP_CYCLES)
+    slept = torch.cuda.Event()
+    slept.record()
+    start = time.perf_counter()
+    for _ in range(ISSUED_CALLS):
+        fn()
+    elapsed = time.perf_counter() - start
+    if slept.query():
+        raise RuntimeError("the GPU's sleep ended before the calls were issued: raise SLEEP_CYCLES")
+    torch.cuda.synchronize()
+    return elapsed / ISSUED_CALLS * 1e6
+
+
+def paired_issue_us(fn: Callable[[], object], mm: Callable[[], object], device: str) -> tuple[float, float, float]:
+    """(fn's, torch.mm's, median ratio) of issue_us, ISSUE_REPEATS times each, alternating which
+    goes first, after a warm-up."""
+    for _ in range(50):
+        fn()
+        mm()
+    ours, theirs, ratios = [], [], []
+    for repeat in range(ISSUE_REPEATS):
+        pair = (fn, mm) if repeat % 2 == 0 else (mm, fn)
+        first, second = (issue_us(f, device) for f in pair)
+        us, mm_us = (first, second) if repeat % 2 == 0 else (second, first)
+        ours.append(us)
+        theirs.append(mm_us)
+        ratios.append(us / mm_us)
+    return statistics.median(ours), statistics.median(theirs), statistics.median(ratios)
 
 
 def gpu_us_per_call(fn: Callable[[], object]) -> float | None:
@@ -238,30 +282,41 @@ def main() -> None:
     x = torch.randn(M, K, device=device, dtype=torch.bfloat16)
     wt = torch.randn(K, N, device=device, dtype=torch.bfloat16)
     mm_out = torch.empty(M, N, device=device, dtype=torch.bfloat16)
-    mm_us = per_call_us(lambda: torch.mm(x, wt), device)
+
+    def mm() -> torch.Tensor:
+        return torch.mm(x, wt)
+
+    mm_us = per_call_us(mm, device)
     mm_out_us = per_call_us(lambda: torch.mm(x, wt, out=mm_out), device)
     mm_gpu_us = gpu_us_per_call(lambda: torch.mm(x, wt, out=mm_out)) if device == "cuda" else None
-    print(f"{'torch.mm':44s} {mm_us:7.2f} us   out=: {mm_out_us:7.2f} us   gpu: {mm_gpu_us}")
+    print(f"{'torch.mm':44s} back to back {mm_us:7.2f} us   out=: {mm_out_us:7.2f} us   gpu: {mm_gpu_us}")
     rows = []
     calls = {"gemm": gemm_calls(fp4, device), "quantizer": quantizer_calls(fp4, device)}
     for kind, functions in calls.items():
         for name, fn in functions.items():
-            us = per_call_us(fn, device)
+            host_us, mm_host_us, ratio = paired_issue_us(fn, mm, device)
+            back_to_back_us = per_call_us(fn, device)
             gpu_us = gpu_us_per_call(fn) if device == "cuda" else None
             rows.append(
                 {
                     "function": name,
                     "kind": kind,
                     "shape": [M, N, K] if kind == "gemm" else [M, K],
-                    "us_per_call": round(us, 2),
-                    "torch_mm_us": round(mm_us, 2),
-                    "torch_mm_out_us": round(mm_out_us, 2),
-                    "vs_torch_mm": round(us / mm_us, 2),
+                    "host_us_per_call": round(host_us, 2),
+                    "torch_mm_host_us": round(mm_host_us, 2),
+                    "vs_torch_mm": round(ratio, 2),
+                    "back_to_back_us_per_call": round(back_to_back_us, 2),
+                    "torch_mm_back_to_back_us": round(mm_us, 2),
+                    "torch_mm_out_back_to_back_us": round(mm_out_us, 2),
                     "gpu_us_per_call": None if gpu_us is None else round(gpu_us, 2),
                 }
             )
             shown = "-" if gpu_us is None else f"{gpu_us:6.2f}"
-            print(f"{name:44s} {us:7.2f} us   x{us / mm_us:5.2f} torch.mm   gpu {shown} us")
+            print(
+                f"{name:44s} host {host_us:6.2f} us (torch.mm {mm_host_us:6.2f}) x{ratio:5.2f}   "
+                f"back to back {back_to_back_us:7.2f} us   gpu {shown} us",
+                flush=True,
+            )
     try:
         stub_ops(fp4, "CUDA" if device == "cuda" else "CPU", args.stubs)  # from here on no op does its work
     except (OSError, RuntimeError) as error:  # no prebuilt stubs and no compiler: the column stays out
@@ -274,7 +329,8 @@ def main() -> None:
                 print(f"{name:44s} python layer and dispatch {by_name[name]['python_us_per_call']:7.2f} us")
     if device == "cuda":
         write_results(
-            args.out, rows, calls_per_timing=CALLS, repeats=REPEATS, graph_calls=GRAPH_CALLS,
+            args.out, rows, issued_calls=ISSUED_CALLS, issue_repeats=ISSUE_REPEATS, calls_per_timing=CALLS,
+            repeats=REPEATS, graph_calls=GRAPH_CALLS,
             torch_mm_gpu_us=None if mm_gpu_us is None else round(mm_gpu_us, 2),
         )  # fmt: skip
 

@@ -286,13 +286,17 @@ def test_k_not_a_multiple_of_32_falls_back_to_the_exact_reference(fp4, ref):
 
 
 @requires_sm90
-@pytest.mark.parametrize("shape", [(257, 200, 320), (384, 2048, 4096)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize(
+    "shape", [(257, 200, 320), (257, 200, 576), (384, 2048, 4096)], ids=lambda s: "x".join(map(str, s))
+)
 def test_stream_k_and_whole_tile_splits_are_both_within_the_bound(fp4, ref, shape):
     m, n, k = shape
     (a, b, sfa, sfb), a_dq, b_dq = halops_operands(fp4, ref, "w4a4-nvfp4", m, n, k)
     alpha = torch.ones(1, device="cuda")
     expected = a_dq @ b_dq.T
-    for sm_count in (1, -1):  # one SM: tiles divide evenly, whole tiles; all SMs: uneven, stream-K
+    # one SM: tiles divide evenly, whole tiles; all SMs: uneven, stream-K from K = 512 (8 K tiles),
+    # whole tiles below; the streamk function: stream-K at every K
+    for sm_count in (1, -1):
         out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
         fp4.dense_gemm(a, b, sfa, sfb, out, alpha=alpha, sm_count=sm_count, mode="w4a4-nvfp4")
         assert_within_bound(out, expected, a_dq, b_dq, f"sm_count={sm_count}")

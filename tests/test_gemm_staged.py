@@ -1,5 +1,6 @@
 """The staged backend (csrc/gemm/staged.cu): NVFP4 outputs and GeGLU through a float32/fp16 stage
-written by the backend that serves the float-output problem, then the package's NVFP4 quantizer.
+written by the backend that serves the float-output problem (the skinny tier at M <= 16, the
+engine above), then finished and encoded by one kernel with the NVFP4 codec.
 On the GPU each public function's output, written into poisoned buffers, is held to the
 docs/FORMATS.md bound plus one code step of float64 math on the exactly dequantized operands; the
 scale bytes of the padding rows are zero, and two runs are bitwise equal.

@@ -31,6 +31,14 @@ struct GemmBackend {
   int64_t (*scratch_bytes)(const GemmProblem& problem) = nullptr;
 };
 
+// Every part of a backend's scratch starts on a 256-byte boundary (the caching allocator's blocks
+// are 512-byte aligned), so each part takes vector and TMA accesses: a part of `bytes` bytes takes
+// scratch_part_bytes(bytes) of the layout.
+constexpr int64_t kScratchAlignment = 256;
+constexpr int64_t scratch_part_bytes(int64_t bytes) {
+  return (bytes + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
+}
+
 void register_gemm_backend(const GemmBackend& backend);
 
 // Registered backends, by priority.

@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "csrc/common/launch.cuh"
+#include "csrc/gemm/backends.h"
 #include "csrc/gemm/blackwell_run.cuh"
 #include "csrc/gemm/float_bias.h"
 #include "csrc/gemm/group_scales.h"
@@ -321,9 +322,8 @@ inline bool needs_float_bias(const GemmEpilogue& e) {
 
 inline int64_t float_bias_bytes(const GemmProblem& p) {
   if (!needs_float_bias(p.epilogue)) return 0;
-  constexpr int64_t kAlign = 256;
   const int64_t count = bias_elements(p.n, p.groups, p.epilogue.bias_per_group);
-  return ceil_div(count * static_cast<int64_t>(sizeof(float)), kAlign) * kAlign;
+  return scratch_part_bytes(count * static_cast<int64_t>(sizeof(float)));
 }
 
 // Widens the bias into the head of p.scratch where needs_float_bias says so, and returns the problem

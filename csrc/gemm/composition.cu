@@ -56,14 +56,13 @@ constexpr const char* kName = "composition";
 // slower (docs/API.md has the shapes). So on sm_90 it takes dense problems with block-scaled weights
 // from 1024 rows on. On every arch it takes bf16 activations that no arch kernel reads (Blackwell's
 // kernels have none), above the skinny tier's M <= 16.
-constexpr int kHopperCc = 90;
 constexpr int64_t kHopperMinRows = 1024;
 constexpr int64_t kSkinnyMaxRows = 16;
 
 enum class Region { Not, Taken, WhereNoArchKernel };
 
 constexpr Region composition_region(int cc, OperandFormat a, OperandFormat b, int64_t m) {
-  if (cc == kHopperCc && m >= kHopperMinRows && block_scaled(b)) return Region::Taken;
+  if (cc == static_cast<int>(GemmArch::Sm90) && m >= kHopperMinRows && block_scaled(b)) return Region::Taken;
   if (a == OperandFormat::Bf16 && m > kSkinnyMaxRows) return Region::WhereNoArchKernel;
   return Region::Not;
 }
@@ -206,10 +205,7 @@ cudaDataType_t cuda_type(FloatType type) {
   return type == FloatType::Fp32 ? CUDA_R_32F : type == FloatType::Fp16 ? CUDA_R_16F : CUDA_R_16BF;
 }
 
-constexpr int64_t kAlign = 256;
 constexpr int64_t kWorkspaceBytes = int64_t{32} << 20;
-
-int64_t aligned_bytes(int64_t bytes) { return ceil_div(bytes, kAlign) * kAlign; }
 
 // The scratch: alpha and beta, then the 16-bit copies (2 bytes an element) of the block-scaled
 // operands, then the workspace; every part 256-byte aligned.
@@ -219,10 +215,10 @@ struct Scratch {
 
 Scratch scratch_layout(const GemmProblem& p) {
   const auto copy_bytes = [&](OperandFormat f, int64_t rows) {
-    return block_scaled(f) ? aligned_bytes(rows * p.k * 2) : 0;
+    return block_scaled(f) ? scratch_part_bytes(rows * p.k * 2) : 0;
   };
   Scratch s;
-  s.a_copy = kAlign;
+  s.a_copy = kScratchAlignment;
   s.b_copy = s.a_copy + copy_bytes(p.a.format, p.m);
   s.workspace = s.b_copy + copy_bytes(p.b.format, p.n);
   s.bytes = s.workspace + kWorkspaceBytes;
@@ -243,7 +239,7 @@ struct MatmulOperands {
 
 uint32_t alignment(const void* pointer) {
   const auto address = reinterpret_cast<uintptr_t>(pointer);
-  return address % kAlign == 0 ? uint32_t(kAlign) : uint32_t(address & (~address + 1));
+  return address % kScratchAlignment == 0 ? uint32_t(kScratchAlignment) : uint32_t(address & (~address + 1));
 }
 
 // What the algorithm choice depends on: the device, the shapes, the types, the epilogue, the
@@ -389,7 +385,7 @@ PlanKey plan_key(const GemmProblem& p, const MatmulOperands& operands, int devic
           alignment(operands.a16),
           alignment(operands.c),
           alignment(operands.d),
-          e.bias != nullptr ? alignment(e.bias) : uint32_t(kAlign)};
+          e.bias != nullptr ? alignment(e.bias) : uint32_t(kScratchAlignment)};
 }
 
 bool supports(const GemmProblem& p) {

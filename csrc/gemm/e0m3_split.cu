@@ -28,10 +28,7 @@
 namespace fp4_gemm {
 namespace {
 
-constexpr int64_t kScratchAlign = 256;
 constexpr int64_t kBlockBytes = 8;  // 16 packed 4-bit codes
-
-int64_t aligned_bytes(int64_t bytes) { return ceil_div(bytes, kScratchAlign) * kScratchAlign; }
 
 bool is_e0m3(OperandFormat f) { return f == OperandFormat::E0m3; }
 int parts(OperandFormat f) { return is_e0m3(f) ? 2 : 1; }
@@ -48,8 +45,8 @@ struct SplitLayout {
 
 SplitLayout split_layout(int64_t rows, const GemmProblem& p) {
   const int64_t nkb = p.k / 16, nkb_out = nkb * split(p);
-  return {rows, nkb, aligned_bytes(rows * nkb_out * kBlockBytes),
-          aligned_bytes(ceil_div(rows, kSfTileRows) * sf_k_tiles(nkb_out) * kSfTileBytes)};
+  return {rows, nkb, scratch_part_bytes(rows * nkb_out * kBlockBytes),
+          scratch_part_bytes(ceil_div(rows, kSfTileRows) * sf_k_tiles(nkb_out) * kSfTileBytes)};
 }
 
 SplitLayout a_layout(const GemmProblem& p) { return split_layout(p.m, p); }

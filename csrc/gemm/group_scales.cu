@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "csrc/common/launch.cuh"
+#include "csrc/gemm/backends.h"
 #include "csrc/gemm/group_scales.h"
 #include "csrc/gemm/grouping.cuh"
 
@@ -184,12 +185,11 @@ __global__ void __launch_bounds__(kMatrixThreads) move_scales_kernel(const MoveP
 }  // namespace
 
 int64_t carve_group_scale_tiles(void* scratch, int64_t m, int64_t groups, int64_t nkb, GroupScaleTiles* tiles) {
-  constexpr int64_t kAlign = 256;
   int64_t offset = 0;
   const auto take = [&](auto*& part, int64_t bytes) {
     using T = std::remove_reference_t<decltype(*part)>;
     part = scratch == nullptr ? nullptr : reinterpret_cast<T*>(static_cast<uint8_t*>(scratch) + offset);
-    offset += ceil_div(bytes, kAlign) * kAlign;
+    offset += scratch_part_bytes(bytes);
   };
   const int64_t index_bytes = groups * static_cast<int64_t>(sizeof(int32_t));
   take(tiles->first, index_bytes);

@@ -2,55 +2,38 @@
 // "GEMM result"; reference: reference.gemm_into).
 //
 // The staged backend has the backend that serves the same problem with a float32 output, and no
-// bias or activation, write alpha * A @ B^T into a stage in the scratch. The rest of the epilogue
-// runs on the stage with the shared epilogue's own operations (epilogue.cuh: + bias, then the
-// activation, or GeGLU's gelu(y[:, 2j]) * y[:, 2j + 1]), rounded to fp16 where the contract says so
-// (`_fp16` outputs), and the package's NVFP4 quantizer (bit-exact with reference.quantize_blocks)
-// encodes the result into out and out_scales, every scale byte of the padded grid included. So the
-// float32 values quantized are those a fused epilogue would have, and the encoding is the
-// reference's.
+// bias or activation, write alpha * A @ B^T into a stage in the scratch. One more kernel finishes
+// and encodes the stage: per 16-column block of the result it applies the rest of the shared
+// epilogue's operations (epilogue.cuh: + bias, then the activation, or GeGLU's gelu(y[:, 2j]) *
+// y[:, 2j + 1]), rounds to fp16 where the contract says so (`_fp16` outputs), and encodes the
+// block with the NVFP4 codec (formats.cuh's quantize_block, bit-exact with
+// reference.quantize_blocks) into out and out_scales, every scale byte of the padded grid included.
+// So the float32 values encoded are those a fused epilogue would have, and the encoding is the
+// reference's: two launches per call, the inner GEMM's and this one.
 //
 // Served: NVFP4 outputs without a residual where every row is owned (dense and batched problems:
-// the quantizer encodes the whole matrix), N_out a multiple of 16, when some backend serves the
-// float32 problem for the same compute capability. It registers after every other backend, so a
-// kernel that writes NVFP4 itself would run first.
+// the whole matrix is encoded), N_out a multiple of 16, when some backend serves the float32
+// problem for the same compute capability. It registers after every other backend, so a kernel that
+// writes NVFP4 itself would run first.
 #include <cuda_fp16.h>
 
 #include <stdexcept>
-#include <type_traits>
 
+#include "csrc/common/formats.cuh"
 #include "csrc/common/launch.cuh"
+#include "csrc/common/sf_layout.cuh"
 #include "csrc/gemm/backends.h"
 #include "csrc/gemm/dispatch.h"
 #include "csrc/gemm/epilogue.cuh"
-#include "csrc/quant/quantize.h"
+#include "csrc/quant/block_io.cuh"
 
 namespace fp4_gemm {
 namespace {
 
-constexpr int64_t kStageAlign = 256;
-
 bool geglu(const GemmProblem& p) { return p.epilogue.activation == Activation::Geglu; }
 
-// What the quantizer reads: fp16 for `_fp16` outputs (the contract's rounding), float32 otherwise.
-FloatType encoded_type(const GemmProblem& p) {
-  return p.epilogue.out_format == OutFormat::Nvfp4FromFp16 ? FloatType::Fp16 : FloatType::Fp32;
-}
-
-// Whether anything runs between the stage and the quantizer: without it the stage is encoded as it is.
-bool finishes(const GemmProblem& p) {
-  const GemmEpilogue& e = p.epilogue;
-  return e.bias != nullptr || e.activation != Activation::None || encoded_type(p) != FloatType::Fp32;
-}
-
-int64_t aligned_bytes(int64_t bytes) { return ceil_div(bytes, kStageAlign) * kStageAlign; }
-
-// The float32 stage [M, N], then the finished result [M, N_out] of encoded_type.
-int64_t stage_bytes(const GemmProblem& p) { return aligned_bytes(p.m * p.n * 4); }
-int64_t finished_bytes(const GemmProblem& p) {
-  return finishes(p) ? aligned_bytes(p.m * p.n_out() * (encoded_type(p) == FloatType::Fp16 ? 2 : 4)) : 0;
-}
-int64_t own_bytes(const GemmProblem& p) { return stage_bytes(p) + finished_bytes(p); }
+// The float32 stage [M, N].
+int64_t stage_bytes(const GemmProblem& p) { return scratch_part_bytes(p.m * p.n * 4); }
 
 // The problem the inner backend computes: alpha * A @ B^T in float32, its out and scratch in `p`'s
 // scratch (once allocated).
@@ -63,7 +46,7 @@ GemmProblem inner_problem(const GemmProblem& p) {
   e.bias_per_group = false;
   e.out = p.scratch;
   e.out_scales = nullptr;
-  pass_scratch_past(p, own_bytes(p), inner);
+  pass_scratch_past(p, stage_bytes(p), inner);
   return inner;
 }
 
@@ -82,81 +65,101 @@ bool supports(const GemmProblem& p) {
 }
 
 int64_t scratch_bytes(const GemmProblem& p) {
-  return own_bytes(p) + delegate_scratch_bytes(inner_problem(p), kName);
+  return stage_bytes(p) + delegate_scratch_bytes(inner_problem(p), kName);
 }
 
-struct FinishParams {
-  const float* stage;  // [rows, stage_cols]
-  int64_t rows, stage_cols, cols;  // cols: of the result (stage_cols / 2 under GeGLU)
+struct EncodeParams {
+  const float* stage;              // [rows, stage_cols], 16-byte aligned rows
+  int64_t rows, stage_cols, nkb;   // nkb: 16-column blocks of the result (stage_cols / 16, / 32 under GeGLU)
   GemmEpilogue epilogue;           // bias, bias_type, bias_per_group and activation are read
   int64_t group_rows;              // rows per bias row when the bias is per group
-  void* out;                       // [rows, cols] of Out
+  bool fp16;                       // the result is rounded to fp16 before it is encoded
+  ScaleGrid grid;                  // the output's swizzled scale grid, padding included
+  uint8_t* values;                 // [rows, nkb * 8] packed E2M1
+  uint8_t* scales;
+  bool vector_stores;              // values are 8-byte aligned (whole blocks)
 };
 
-// The stage's value at (m, n) plus the bias: the first step of epilogue_value after alpha.
-__device__ __forceinline__ float biased(const FinishParams& p, int64_t m, int64_t n) {
+constexpr int kGroup = Nvfp4Recipe::kGroup;
+constexpr int kBlockBytes = kStoredBytes<Nvfp4Recipe::kElement, kGroup>;
+
+// The stage's row `row` at columns [col0, col0 + n) plus the bias: the first step of
+// epilogue_value after alpha.
+template <int n>
+__device__ __forceinline__ void load_biased(const EncodeParams& p, int64_t row, int64_t col0, float* y) {
+  load_lanes<n>(p.stage + row * p.stage_cols + col0, y);
   const GemmEpilogue& e = p.epilogue;
-  float y = p.stage[m * p.stage_cols + n];
-  if (e.bias != nullptr) {
-    const int64_t row = e.bias_per_group ? m / p.group_rows * p.stage_cols : 0;
-    y += load_as_float(e.bias, e.bias_type, row + n);
-  }
-  return y;
+  if (e.bias == nullptr) return;
+  const int64_t bias_row = e.bias_per_group ? row / p.group_rows * p.stage_cols : 0;
+#pragma unroll
+  for (int i = 0; i < n; ++i) y[i] += load_as_float(e.bias, e.bias_type, bias_row + col0 + i);
 }
 
-// out[m, j] = act(stage[m, j] + bias[j]), or under GeGLU gelu(y[m, 2j]) * y[m, 2j + 1] with
-// y = stage + bias, stored as Out (fp16 rounds to nearest, as the reference's .half()).
-template <class Out>
-__global__ void __launch_bounds__(kMatrixThreads) finish_kernel(const FinishParams p) {
+// The result's block `kb` of row `row`: act(stage + bias), or under GeGLU gelu(y[2j]) * y[2j + 1]
+// with y = stage + bias, rounded to fp16 (as the reference's .half()) where asked.
+__device__ __forceinline__ void finished_block(const EncodeParams& p, int64_t row, int64_t kb, float* x) {
+  const Activation act = p.epilogue.activation;
+  if (act == Activation::Geglu) {
+    float y[2 * kGroup];
+    load_biased<2 * kGroup>(p, row, 2 * kGroup * kb, y);
+#pragma unroll
+    for (int i = 0; i < kGroup; ++i) x[i] = activate(Activation::Gelu, y[2 * i]) * y[2 * i + 1];
+  } else {
+    load_biased<kGroup>(p, row, kGroup * kb, x);
+#pragma unroll
+    for (int i = 0; i < kGroup; ++i) x[i] = activate(act, x[i]);
+  }
+  if (p.fp16) {
+#pragma unroll
+    for (int i = 0; i < kGroup; ++i) x[i] = __half2float(__float2half_rn(x[i]));
+  }
+}
+
+// One thread per (row, block) of the scale grid, as the quantizer walks it (real blocks get their
+// codes and scale, padding gets scale 0), but one row per thread, not the quantizer's four: the
+// activations' arithmetic needs the threads (at 256 x 4096 four rows a thread left 64 CTAs).
+__global__ void __launch_bounds__(kMatrixThreads) encode_kernel(const EncodeParams p) {
   griddep_wait();
   griddep_launch_dependents();
-  const int64_t j = matrix_col();
-  if (j >= p.cols) return;
-  const Activation act = p.epilogue.activation;
-  for (int64_t m = matrix_first_row(); m < p.rows; m += matrix_row_stride()) {
-    const float value = act == Activation::Geglu
-                            ? activate(Activation::Gelu, biased(p, m, 2 * j)) * biased(p, m, 2 * j + 1)
-                            : activate(act, biased(p, m, j));
-    if constexpr (std::is_same_v<Out, __half>) {
-      static_cast<__half*>(p.out)[m * p.cols + j] = __float2half_rn(value);
-    } else {
-      static_cast<float*>(p.out)[m * p.cols + j] = value;
+  const int64_t kb = matrix_col();
+  if (kb >= p.grid.cols) return;
+  for (int64_t row = matrix_first_row(); row < p.grid.rows; row += matrix_row_stride()) {
+    uint8_t scale = 0;
+    if (row < p.rows && kb < p.nkb) {
+      float x[kGroup];
+      uint32_t signs[kGroup / 8], stored[kBlockBytes / 4];
+      finished_block(p, row, kb, x);
+      nibble_signs<kGroup>(x, signs);
+      scale = quantize_block<Nvfp4Recipe>(x, amax_bits<kGroup>(x), signs, stored);
+      store_words<kBlockBytes>(p.values + (row * p.nkb + kb) * kBlockBytes, stored, p.vector_stores);
     }
+    p.scales[scale_index(ScaleLayout::Swizzled, row, kb, p.nkb)] = scale;
   }
 }
 
 void run(const GemmProblem& p, cudaStream_t stream) {
-  if (p.scratch_bytes < own_bytes(p)) {
+  if (p.scratch_bytes < stage_bytes(p)) {
     throw std::runtime_error("fp4_gemm: the staged GEMM got less scratch than scratch_bytes() asked for");
   }
   const GemmProblem inner = inner_problem(p);
   delegate_backend(inner, kName).run(inner, stream);
 
-  const void* encoded = inner.epilogue.out;
-  if (finishes(p)) {
-    FinishParams f{static_cast<const float*>(inner.epilogue.out),
-                   p.m,
-                   p.n,
-                   p.n_out(),
-                   p.epilogue,
-                   p.group_rows > 0 ? p.group_rows : p.m,
-                   static_cast<uint8_t*>(p.scratch) + stage_bytes(p)};
-    const MatrixLaunch shape = matrix_launch(p.m, p.n_out());
-    const bool fp16 = encoded_type(p) == FloatType::Fp16;
-    launch_kernel(fp16 ? finish_kernel<__half> : finish_kernel<float>, shape.grid, shape.block, 0, stream, true, f);
-    encoded = f.out;
-  }
-  QuantizeProblem q{};
-  q.input = encoded;
-  q.input_type = encoded_type(p);
-  q.in_rows = q.out_rows = p.m;
-  q.in_cols = q.out_cols = p.n_out();
-  q.values = p.epilogue.out;
-  q.scales = p.epilogue.out_scales;
-  q.recipe = Recipe::Nvfp4;
-  q.layout = ScaleLayout::Swizzled;
-  q.pdl = true;  // the quantizer waits for the previous grid before its first read
-  quantize(q, stream);
+  EncodeParams e{};
+  e.stage = static_cast<const float*>(inner.epilogue.out);
+  e.rows = p.m;
+  e.stage_cols = p.n;
+  e.nkb = p.n_out() / kGroup;
+  e.epilogue = p.epilogue;
+  e.group_rows = p.group_rows > 0 ? p.group_rows : p.m;
+  e.fp16 = p.epilogue.out_format == OutFormat::Nvfp4FromFp16;
+  e.grid = scale_grid(ScaleLayout::Swizzled, p.m, e.nkb);
+  e.values = static_cast<uint8_t*>(p.epilogue.out);
+  e.scales = static_cast<uint8_t*>(p.epilogue.out_scales);
+  e.vector_stores = is_aligned(e.values, kBlockBytes);
+  if (!is_aligned(e.stage, 16)) throw std::runtime_error("fp4_gemm: the staged GEMM's scratch is not 16-byte aligned");
+  const MatrixLaunch shape = matrix_launch(e.grid.rows, e.grid.cols);
+  // PDL: the kernel waits for the inner GEMM before its first read.
+  launch_kernel(encode_kernel, shape.grid, shape.block, 0, stream, true, e);
 }
 
 // After every other backend: a kernel that writes the output itself is preferred.

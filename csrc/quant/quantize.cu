@@ -11,7 +11,6 @@
 #include <cuda_fp16.h>
 
 #include <stdexcept>
-#include <type_traits>
 
 #include "csrc/common/formats.cuh"
 #include "csrc/common/launch.cuh"
@@ -50,18 +49,6 @@ __device__ __forceinline__ void load_block(const QuantizeParams<T>& p, int64_t r
   }
 }
 
-// The same for float32 input (the staged GEMM outputs).
-template <int G>
-__device__ __forceinline__ void load_block(const QuantizeParams<float>& p, int64_t row, int64_t col0, float* x) {
-  const float* src = p.input + row * p.in_cols + col0;
-  if (row < p.in_rows && col0 + G <= p.in_cols && p.vector_loads) {
-    load_lanes<G>(src, x);
-    return;
-  }
-#pragma unroll
-  for (int i = 0; i < G; ++i) x[i] = row < p.in_rows && col0 + i < p.in_cols ? __ldg(src + i) : 0.0f;
-}
-
 template <class Traits, class T, ScaleLayout kLayout>
 __global__ void __launch_bounds__(kMatrixThreads) quantize_kernel(const QuantizeParams<T> p) {
   griddep_wait();
@@ -76,20 +63,12 @@ __global__ void __launch_bounds__(kMatrixThreads) quantize_kernel(const Quantize
     uint8_t scale = 0;
     if (row < p.out_rows && kb < p.nkb) {
       constexpr bool kNibbles = Traits::kElement != ElementCodec::E4M3;
-      uint32_t amax, signs[G / 8], stored[kBlockBytes / 4];
+      uint32_t words[G / 2], signs[G / 8], stored[kBlockBytes / 4];
       float x[G];
-      if constexpr (std::is_same_v<T, float>) {
-        load_block<G>(p, row, kb * G, x);
-        amax = amax_bits<G>(x);
-        if constexpr (kNibbles) nibble_signs<G>(x, signs);
-      } else {
-        uint32_t words[G / 2];
-        load_block<G>(p, row, kb * G, words);
-        unpack_words<G, T>(words, x);
-        amax = amax_bits_of_words<G, T>(words);
-        if constexpr (kNibbles) nibble_signs_of_words<G>(words, signs);
-      }
-      scale = quantize_block<Traits>(x, amax, signs, stored);
+      load_block<G>(p, row, kb * G, words);
+      unpack_words<G, T>(words, x);
+      if constexpr (kNibbles) nibble_signs_of_words<G>(words, signs);
+      scale = quantize_block<Traits>(x, amax_bits_of_words<G, T>(words), signs, stored);
       store_words<kBlockBytes>(p.values + row * row_bytes + kb * kBlockBytes, stored, p.vector_stores);
     }
     p.scales[scale_index(kLayout, row, kb, p.nkb)] = scale;
@@ -121,13 +100,7 @@ void launch(const QuantizeProblem& problem, cudaStream_t stream) {
 template <class Traits>
 void dispatch_types(const QuantizeProblem& problem, cudaStream_t stream) {
   const bool swizzled = problem.layout == ScaleLayout::Swizzled;
-  if (problem.input_type == FloatType::Fp32) {
-    // Only the staged GEMM outputs (NVFP4, swizzled) come in float32: one instantiation.
-    if constexpr (std::is_same_v<Traits, Nvfp4Recipe>) {
-      if (swizzled) return launch<Traits, float, ScaleLayout::Swizzled>(problem, stream);
-    }
-    throw std::invalid_argument("fp4_gemm::quantize: float32 input is quantized to NVFP4 with swizzled scales only");
-  }
+  if (problem.input_type == FloatType::Fp32) throw std::invalid_argument("fp4_gemm::quantize: the input is bf16 or fp16");
   if (problem.input_type == FloatType::Bf16) {
     swizzled ? launch<Traits, __nv_bfloat16, ScaleLayout::Swizzled>(problem, stream)
              : launch<Traits, __nv_bfloat16, ScaleLayout::Plain>(problem, stream);

@@ -13,7 +13,7 @@ namespace fp4_gemm {
 
 struct QuantizeProblem {
   const void* input;  // [in_rows, in_cols] row-major, contiguous
-  FloatType input_type;  // bf16, fp16, or float32 (NVFP4 with swizzled scales only)
+  FloatType input_type;  // bf16 or fp16
   int64_t in_rows;
   int64_t in_cols;
   // The output may be larger than the input (zero padding done here, by bounded reads).

@@ -36,7 +36,6 @@ constexpr int kMaxSplits = 8;      // the portable cluster size
 constexpr int kVariantStaged = 3;
 constexpr int kVariantRegisterStream = 4;
 constexpr int kMaxDevices = 64;
-constexpr int64_t kScratchAlignment = 256;
 
 // Operand pairs the kernel decodes: the three symmetric modes, E0M3 weights under NVFP4 or E0M3
 // activations, and bf16 activations (W4A16) over NVFP4, MXFP4 or MXFP8 weights.
@@ -94,13 +93,15 @@ bool supports(const GemmProblem& p) {
   if (p.schedule == Schedule::M256 || !grouping_supported(p)) return false;
   if (p.groups > 1 && p.n % kBlockRows != 0) return false;
   if (!operand_pair_supported(p.a.format, p.b.format)) return false;
-  if (e.out_format != OutFormat::Bf16 && e.out_format != OutFormat::Fp16) return false;
+  // Float32: the staged backend's stage (NVFP4 outputs and GeGLU encoded from it).
+  const bool fp32 = e.out_format == OutFormat::Fp32;
+  if (e.out_format != OutFormat::Bf16 && e.out_format != OutFormat::Fp16 && !fp32) return false;
   if (e.activation == Activation::Geglu) return false;
   if (e.bias_per_group && p.grouping == Grouping::Dense) return false;
   if (e.alpha != nullptr && !((e.alpha_count == 1 || e.alpha_count == p.groups) && is_aligned(e.alpha, 4))) return false;
   if (e.bias != nullptr && !is_aligned(e.bias, float_type_bytes(e.bias_type))) return false;
   // Paired output stores; bulk copies of B rows and SfAtom tiles; 16-byte loads of A, 4-byte of sfa.
-  if (!is_aligned(e.out, 4) || (e.residual != nullptr && !is_aligned(e.residual, 2))) return false;
+  if (!is_aligned(e.out, fp32 ? 8 : 4) || (e.residual != nullptr && !is_aligned(e.residual, 2))) return false;
   if (p.k % block_size(p.b.format) != 0 || row_bytes(p.b.format, p.k) % kChunkBytes != 0) return false;
   if (row_bytes(p.a.format, p.k) % kChunkBytes != 0) return false;
   if (!is_aligned(p.a.values, 16) || !is_aligned(p.b.values, 16) || !is_aligned(p.b.scales, 16)) return false;
@@ -539,7 +540,7 @@ void run_register_stream(const GemmProblem& p, const StreamPlan& plan, cudaStrea
                   stream, args);
 }
 
-int64_t span_bytes(const GemmProblem& p) { return ceil_div(2 * p.groups * 4, kScratchAlignment) * kScratchAlignment; }
+int64_t span_bytes(const GemmProblem& p) { return scratch_part_bytes(2 * p.groups * 4); }
 
 // Contiguous problems: each group's span of rows (find_group_spans, from the ids on the device).
 int64_t scratch_bytes(const GemmProblem& p) { return p.grouping == Grouping::Contiguous ? span_bytes(p) : 0; }

@@ -135,7 +135,11 @@ TileShape tile_shape(const GemmProblem& p) {
 // for it always. (Measured on the H200, 2026-12-01: whole tiles for all waves but the last one or two
 // plus stream-K for the rest ran the SK-sized shapes 9-13% slower than this split, e.g. 124.9 against
 // 110.4 us at 256 x 17408 x 5120 NVFP4, so this one stays; the shapes it splits badly, 4 to 8 waves,
-// are M >= 1024 ones, which the composition backend serves.)
+// are M >= 1024 ones, which the composition backend serves.) A tile of fewer than
+// kStreamKMinKTiles K tiles (K < 512) runs whole in any case: its walk is too short to share, and
+// whole tiles need no partial-tile fix-up and no flags, whose zeroing is one more call on the host.
+constexpr int64_t kStreamKMinKTiles = 8;
+
 struct WorkSplit {
   int64_t ctas;
   bool stream_k;
@@ -155,9 +159,10 @@ WorkSplit work_split(const GemmProblem& p, const TileShape& tile) {
     return {std::max<int64_t>(1, std::min(grouped_tile_bound(p, tile), sm_count(p))), false};
   }
   const int64_t tiles = ceil_div(p.m, tile.rows) * ceil_div(p.n, tile.width);
-  const int64_t units = tiles * ceil_div(p.k, 64);
+  const int64_t k_tiles = ceil_div(p.k, 64);
+  const int64_t units = tiles * k_tiles;
   const int64_t sms = sm_count(p);
-  const bool uneven = tiles % sms != 0 && tiles < 8 * sms;
+  const bool uneven = tiles % sms != 0 && tiles < 8 * sms && k_tiles >= kStreamKMinKTiles;
   if (p.schedule != Schedule::StreamK && !uneven) return {tiles, false};
   return {units < sms ? units : sms, true};
 }
@@ -185,22 +190,21 @@ struct Scratch {
   int64_t partials = 0, b_bf16 = 0, spans = 0, bytes = 0;
 };
 
-constexpr int64_t kAlign = 256;
 
 Scratch scratch_layout(const GemmProblem& p) {
   const TileShape tile = tile_shape(p);
   const WorkSplit split = work_split(p, tile);
   Scratch layout;
   if (split.stream_k) {
-    layout.partials = ceil_div(split.ctas * int64_t(sizeof(int)), kAlign) * kAlign;
+    layout.partials = scratch_part_bytes(split.ctas * int64_t(sizeof(int)));
     layout.bytes = layout.partials + split.ctas * int64_t(tile.rows) * tile.width * int64_t(sizeof(float));
   }
   if (bf16_b(p)) {
-    layout.b_bf16 = ceil_div(layout.bytes, kAlign) * kAlign;
+    layout.b_bf16 = scratch_part_bytes(layout.bytes);
     layout.bytes = layout.b_bf16 + p.n * p.k * 2;
   }
   if (p.grouping == Grouping::Contiguous) {  // first[groups], then rows[groups]
-    layout.spans = ceil_div(layout.bytes, kAlign) * kAlign;
+    layout.spans = scratch_part_bytes(layout.bytes);
     layout.bytes = layout.spans + 2 * p.groups * int64_t(sizeof(int32_t));
   }
   return layout;
