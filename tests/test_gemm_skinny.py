@@ -62,7 +62,8 @@ def test_skinny_serves_the_interleaved_gemv_at_its_alignment(fp4):
 @pytest.mark.parametrize(
     "kind",
     [
-        {"m": 17},
+        {"m": 65},
+        {"m": 17, "n": 17408},  # dense, 17..64 rows: only where the register-streaming kernel measured faster
         {"activation": "geglu", "out_format": "nvfp4_from_fp16"},
         {"out_format": "nvfp4"},
         {"activation": "relu2", "out_format": "nvfp4"},
@@ -653,6 +654,23 @@ def test_register_stream_serves_17_to_64_rows_on_sm90_where_named(fp4, pair, m):
     if 90 not in ARCHS:
         pytest.skip("this build has no sm_90 code")
     assert backend(fp4, *pair, m=m, n=4096, k=7168, variant=4) == "skinny"
+
+
+@pytest.mark.parametrize(
+    ("pair", "m", "n", "served"),
+    [
+        (("nvfp4", "nvfp4"), 64, 2048, True),  # 128 tiles x 8 token tiles
+        (("bf16", "nvfp4"), 32, 4096, True),  # 256 x 4
+        (("mxfp4", "mxfp4"), 48, 4096, False),  # 256 x 8: the engine measured faster
+        (("nvfp4", "nvfp4"), 24, 17408, False),
+        (("mxfp8", "mxfp8"), 48, 1536, True),  # 96 x 8
+        (("mxfp8", "mxfp8"), 64, 2048, False),  # 128 x 8: above MXFP8's 768
+    ],
+)
+def test_dispatch_takes_the_register_stream_kernel_at_17_to_64_rows_where_measured_faster(fp4, pair, m, n, served):
+    if 90 not in ARCHS:
+        pytest.skip("this build has no sm_90 code")
+    assert (backend(fp4, *pair, m=m, n=n, k=7168) == "skinny") == served
 
 
 def test_register_stream_leaves_wider_problems_other_arches_long_k_and_sm_count_to_the_engines(fp4):

@@ -525,10 +525,22 @@ StreamPlan choose_stream_plan(const GemmProblem& p) {
 // engine, whose grid is persistent.
 constexpr int kSm90SharedBytes = 232448;  // the dynamic shared memory a block may opt into on sm_90
 
-bool wide_stream_pays(const GemmProblem&) { return false; }
+// Measured on the H200 (benchmarks/NOTES.md, "17 to 64 rows"; results/h200-skinny-kernels-wide.json):
+// the register-streaming kernel beat the engine wherever its 16-row tiles times token tiles were at
+// most 1024 with 4-bit weights ((1536, 7168) and (2048, 7168) at 24..64 rows, (4096, 7168) at 24 and
+// 32: 0.53-0.90 of the engine's time) or 768 with MXFP8 ones (0.49-0.78); from 2048 on the engine
+// was faster, up to 4x ((17408, 5120) at every M, (4096, 7168) and (7168, 2048) at 48 and 64).
+constexpr int64_t kWideStreamMaxTileTokens = 1024;
+constexpr int64_t kWideStreamMaxTileTokensMxfp8 = 768;
+
+bool wide_stream_pays(const GemmProblem& p) {
+  const int64_t tile_tokens = ceil_div(p.n, kStreamTileRows) * stream_token_tiles(p.m);
+  return tile_tokens <= (p.b.format == OperandFormat::Mxfp8 ? kWideStreamMaxTileTokensMxfp8 : kWideStreamMaxTileTokens);
+}
 
 bool wide_stream_serves(const GemmProblem& p) {
   if (p.m <= kMaxTokens || p.cc != static_cast<int>(GemmArch::Sm90) || p.sm_count > 0) return false;
+  if (p.variant == kVariantStaged) return false;  // the staged kernel stops at 16 rows
   if (!register_stream_supported(p) || !(p.variant == kVariantRegisterStream || wide_stream_pays(p))) return false;
   const bool forced = p.variant == kVariantRegisterStream;  // its knobs as make_stream_plan takes them
   const int steps = int(ceil_div(row_bytes(p.b.format, p.k), kStreamStepBytes));
