@@ -6,7 +6,8 @@ bench_gemm_skinny.py's method (the L2 cleared before every run, weights rotated 
 twice the L2, CUDA-event medians, copy bandwidth measured at the start). Each row names the kernel
 that ran ("ran": variant 4 runs the staged kernel where its activations do not fit). --sweep-knobs
 also times the register-streaming kernel's knobs (warps: K sub-slices of a CTA; stages: 16-row tiles
-per CTA) at S = 1 on NVFP4.
+per CTA) at S = 1 on NVFP4. Above 16 rows (--ms 24 32 48 64) dispatch's choice, the Hopper engine
+by default, runs against the register-streaming kernel (sm_90: its 4 and 8 token tiles).
 
     python benchmarks/bench_skinny_kernels.py --out benchmarks/results/h200-skinny-kernels.json
     python benchmarks/bench_skinny_kernels.py --formats mxfp8 --shapes 17408x5120 5120x17408 4096x7168 \
@@ -24,6 +25,7 @@ from bench_common import RESULTS, load, write_results
 from bench_gemm_skinny import Weight, check, copy_bandwidth_gbps, dense_cases, gemm_op, median_us, rotating
 
 STAGED, REGISTER_STREAM, PLANNER = 3, 4, -1
+STAGED_MAX_ROWS = 16
 SHAPES = ((17408, 5120), (5120, 17408), (4096, 7168), (1536, 7168))
 FORMATS = ("nvfp4", "w4a16-nvfp4")
 MS = (1, 4, 8, 16)
@@ -39,7 +41,7 @@ def kernel_ran(fn) -> str:
         fn()
         torch.cuda.synchronize()
     names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    for kernel in ("register_stream_kernel", "skinny_gemm_kernel"):
+    for kernel in ("register_stream_kernel", "skinny_gemm_kernel", "engine_kernel"):
         if any(kernel in name for name in names):
             return kernel
     return ",".join(names)
@@ -61,7 +63,11 @@ def time_kernel(fp4, weight: Weight, a, sfa, out, variant: int, warps: int, stag
 
 
 def configurations(fmt: str, m: int, splits: tuple[int, ...], sweep: bool) -> list[tuple[str, int, int, int, int]]:
-    """(kernel, variant, warps, stages, splits) to time for one case."""
+    """(kernel, variant, warps, stages, splits) to time for one case. Above 16 rows the staged kernel
+    serves nothing: dispatch's choice (the Hopper engine unless the planner takes the
+    register-streaming kernel; "ran" names it) against the register-streaming kernel."""
+    if m > STAGED_MAX_ROWS:
+        return [("planner", PLANNER, 0, 0, 0)] + [("register-stream", REGISTER_STREAM, 0, 0, s) for s in splits]
     configs = [("staged", STAGED, 0, 0, 0)]
     configs += [("register-stream", REGISTER_STREAM, 0, 0, s) for s in splits]
     configs.append(("planner", PLANNER, 0, 0, 0))

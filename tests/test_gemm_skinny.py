@@ -14,7 +14,7 @@ import pytest
 import torch
 from cases import build_capabilities, compute_capability
 from checks import POISON_BYTE, assert_bitwise_equal, assert_within_bound, poisoned_like
-from conftest import requires_cuda
+from conftest import HAS_CUDA, requires_cuda
 from decode_cases import (
     EXPERT_SHAPES,
     MODES,
@@ -62,7 +62,8 @@ def test_skinny_serves_the_interleaved_gemv_at_its_alignment(fp4):
 @pytest.mark.parametrize(
     "kind",
     [
-        {"m": 17},
+        {"m": 65},
+        {"m": 17, "n": 17408},  # dense, 17..64 rows: only where the register-streaming kernel measured faster
         {"activation": "geglu", "out_format": "nvfp4_from_fp16"},
         {"out_format": "nvfp4"},
         {"activation": "relu2", "out_format": "nvfp4"},
@@ -636,3 +637,105 @@ def test_register_stream_runs_are_bitwise_equal_and_replay_in_a_cuda_graph(fp4, 
         torch.cuda.synchronize()
         assert_bitwise_equal(out, first, f"{pair} M={m} S={splits} graph replay")
     assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"{pair} M={m} S={splits} graph replay")
+
+
+# ---- 17 to 64 rows: the register-streaming kernel on sm_90 (4 and 8 token tiles) ----------------
+
+WIDE_MS = [17, 24, 32, 33, 48, 64]
+requires_sm90 = pytest.mark.skipif(
+    not HAS_CUDA or torch.cuda.get_device_capability() != (9, 0),
+    reason="needs an sm_90 GPU (run on the device machine)",
+)
+
+
+@pytest.mark.parametrize("m", [17, 32, 33, 64])
+@pytest.mark.parametrize("pair", REGISTER_STREAM_PAIRS, ids="-".join)
+def test_register_stream_serves_17_to_64_rows_on_sm90_where_named(fp4, pair, m):
+    if 90 not in ARCHS:
+        pytest.skip("this build has no sm_90 code")
+    assert backend(fp4, *pair, m=m, n=4096, k=7168, variant=4) == "skinny"
+
+
+@pytest.mark.parametrize(
+    ("pair", "m", "n", "served"),
+    [
+        (("nvfp4", "nvfp4"), 64, 2048, True),  # 128 tiles x 8 token tiles
+        (("bf16", "nvfp4"), 32, 4096, True),  # 256 x 4
+        (("mxfp4", "mxfp4"), 48, 4096, False),  # 256 x 8: the engine measured faster
+        (("nvfp4", "nvfp4"), 24, 17408, False),
+        (("mxfp8", "mxfp8"), 48, 1536, True),  # 96 x 8
+        (("mxfp8", "mxfp8"), 64, 2048, False),  # 128 x 8: above MXFP8's 768
+    ],
+)
+def test_dispatch_takes_the_register_stream_kernel_at_17_to_64_rows_where_measured_faster(fp4, pair, m, n, served):
+    if 90 not in ARCHS:
+        pytest.skip("this build has no sm_90 code")
+    assert (backend(fp4, *pair, m=m, n=n, k=7168) == "skinny") == served
+
+
+def test_register_stream_leaves_wider_problems_other_arches_long_k_and_sm_count_to_the_engines(fp4):
+    assert backend(fp4, m=65, n=4096, k=7168, variant=4) != "skinny"
+    assert backend(fp4, m=64, n=4096, k=65536, variant=4) != "skinny"  # the activations do not fit
+    assert backend(fp4, m=32, n=4096, k=7168, variant=4, sm_count=64) != "skinny"
+    assert backend(fp4, m=32, n=4096, k=7168, variant=3) != "skinny"  # the staged kernel stops at 16
+    for cc in ARCHS:
+        if cc != 90:
+            assert backend(fp4, m=32, n=4096, k=7168, cc=cc, variant=4) != "skinny", f"sm_{cc}"
+
+
+@requires_sm90
+@pytest.mark.parametrize("splits", [1, 2, 0], ids=["one-cta", "cluster-2", "planner"])
+@pytest.mark.parametrize("n", [8, 4104])
+@pytest.mark.parametrize("m", WIDE_MS)
+@pytest.mark.parametrize("pair", REGISTER_STREAM_PAIRS, ids="-".join)
+def test_register_stream_17_to_64_rows_within_the_bound(fp4, ref, pair, m, n, splits):
+    k = 544  # two whole 128-byte steps of a 4-bit row and a 16-byte tail (MXFP8: four and a tail)
+    ops = Operands(ref, *pair, m, n, k, seed=700 + m + n)
+    a, b, sfa, sfb = ops.cuda()
+    out = gemm(fp4, a, b, sfa, sfb, *pair, poisoned_out(m, n), variant=4, splits=splits)
+    assert_within_bound(out.cpu(), ops.product(), ops.a_dq, ops.b_dq, f"{pair} M={m} N={n} splits={splits}")
+
+
+@requires_sm90
+@pytest.mark.parametrize("m", [24, 64])
+def test_register_stream_17_to_64_rows_epilogues_within_the_bound(fp4, ref, m):
+    n, k = 1032, 2048
+    ops = Operands(ref, "nvfp4", "nvfp4", m, n, k, seed=800 + m)
+    a, b, sfa, sfb = ops.cuda()
+    alpha = torch.tensor([0.75], device="cuda")
+    bias, residual = random_bf16(1, n, 3).reshape(n), random_bf16(m, n, 4)
+    for activation in ("none", "gelu", "relu2"):
+        out = gemm(fp4, a, b, sfa, sfb, "nvfp4", "nvfp4", poisoned_out(m, n), alpha=alpha, bias=bias.cuda(),
+                   residual=residual.cuda(), activation=activation, variant=4)  # fmt: skip
+        assert_epilogue_within_bound(out, ops, 0.75, bias, residual, activation, f"M={m} {activation}")
+
+
+@requires_sm90
+@pytest.mark.parametrize("fmt", list(MODES))
+def test_register_stream_17_to_64_rows_nan_scales_make_their_row_and_column_nan(fp4, ref, fmt):
+    assert_nan_scales_make_their_row_and_column_nan(fp4, ref, fmt, 40, 256, 37, {"variant": 4}, f"{fmt} M=40")
+
+
+@requires_sm90
+@pytest.mark.parametrize("m", [17, 64])
+def test_register_stream_17_to_64_rows_are_bitwise_equal_and_replay_in_a_cuda_graph(fp4, ref, m):
+    n, k = 4104, 7168
+    ops = Operands(ref, "nvfp4", "nvfp4", m, n, k, seed=900 + m)
+    a, b, sfa, sfb = ops.cuda()
+
+    def run(out: torch.Tensor) -> torch.Tensor:
+        return gemm(fp4, a, b, sfa, sfb, "nvfp4", "nvfp4", out, variant=4)
+
+    first = run(poisoned_out(m, n))
+    for i in range(3):
+        assert_bitwise_equal(run(poisoned_out(m, n)), first, f"M={m} run {i}")
+    out = poisoned_out(m, n)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run(out)
+    out.view(torch.uint8).fill_(POISON_BYTE)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_bitwise_equal(out, first, f"M={m} graph replay")
+    assert_within_bound(out.cpu(), ops.product(), ops.a_dq, ops.b_dq, f"M={m}")

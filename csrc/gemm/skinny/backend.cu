@@ -71,6 +71,9 @@ bool chunks_groups(const GemmProblem& p) {
   return p.a.format == OperandFormat::Bf16 && p.cc != static_cast<int>(GemmArch::Sm90);
 }
 
+// Dense problems of 17 to 64 rows on the register-streaming kernel (below, with the planner).
+bool wide_stream_serves(const GemmProblem& p);
+
 // Grouped problems whose groups own at most 16 rows each (batched, masked), or 16 on average
 // (contiguous: a group with more rows is streamed once per 16-row chunk); any rows under
 // chunks_groups. Every group's weight rows must start on a 128-row SfAtom tile (N % 128 == 0) when
@@ -78,7 +81,7 @@ bool chunks_groups(const GemmProblem& p) {
 bool grouping_supported(const GemmProblem& p) {
   const bool group_rows_fit = p.group_rows >= 1 && (p.group_rows <= kMaxTokens || chunks_groups(p));
   switch (p.grouping) {
-    case Grouping::Dense: return p.groups == 1 && p.m <= kMaxTokens;
+    case Grouping::Dense: return p.groups == 1 && (p.m <= kMaxTokens || wide_stream_serves(p));
     case Grouping::Batched: return group_rows_fit && p.m == p.groups * p.group_rows;
     case Grouping::Masked: return p.group_index != nullptr && group_rows_fit && p.m == p.groups * p.group_rows;
     case Grouping::Contiguous: return p.group_index != nullptr && (p.m <= kMaxTokens * p.groups || chunks_groups(p));
@@ -368,7 +371,7 @@ struct StreamPlan {
 // bf16, MXFP8 weights with MXFP8 A (the API has no bf16-activation mode over MXFP8 weights).
 bool register_stream_supported(const GemmProblem& p) {
   using F = OperandFormat;
-  if (p.grouping != Grouping::Dense || p.groups != 1 || p.m > kMaxTokens || p.b_interleaved) return false;
+  if (p.grouping != Grouping::Dense || p.groups != 1 || p.m > kStreamMaxTokens || p.b_interleaved) return false;
   if (p.b.format == F::Mxfp8) return p.a.format == F::Mxfp8;
   if (p.b.format != F::Nvfp4 && p.b.format != F::Mxfp4) return false;
   return p.a.format == p.b.format || p.a.format == F::Bf16;
@@ -377,7 +380,12 @@ bool register_stream_supported(const GemmProblem& p) {
 template <OperandFormat A, OperandFormat B>
 std::pair<StreamKernelFn, int> stream_kernel_for(int token_tiles) {
   constexpr int kUnbias = OperandCodec<A>::kUnbiasExponent + OperandCodec<B>::kUnbiasExponent;
-  return {token_tiles == 2 ? &register_stream_kernel<A, B, 2> : &register_stream_kernel<A, B, 1>, kUnbias};
+  switch (token_tiles) {
+    case 1: return {&register_stream_kernel<A, B, 1>, kUnbias};
+    case 2: return {&register_stream_kernel<A, B, 2>, kUnbias};
+    case 4: return {&register_stream_kernel<A, B, 4>, kUnbias};
+    default: return {&register_stream_kernel<A, B, 8>, kUnbias};
+  }
 }
 
 std::pair<StreamKernelFn, int> select_stream_kernel(const GemmProblem& p, int token_tiles) {
@@ -403,23 +411,30 @@ void size_stream_shared_memory(const GemmProblem& p, StreamPlan& plan) {
               size_t(plan.tiles_per_cta) * plan.slice_warps * 32 * 4 * plan.token_tiles * 4;
 }
 
-// The plan of a K split over clusters of `splits` CTAs, or no kernel where the activations do not
-// fit in shared memory. Warps of a group (Wk): the knob (a forced run), else one per
-// kStreamStepsPerWarp steps of the rank's slice (at most 8: a slice of a few steps leaves each
-// warp's first loads unhidden). Groups (Wt, S > 1 only): as many as fill 8 warps, at most one per
-// tile, so that more warps share the activations a CTA stages. Tiles per CTA: the knob, else the
-// fewest that fit the grid in one wave of resident clusters (counted at one tile per group):
-// measured on the H200 (benchmarks/NOTES.md), a second, partial wave costs more than the CTAs'
-// longer walks.
-StreamPlan make_stream_plan(const GemmProblem& p, int splits, bool forced) {
+// A plan's token tiles, steps of a row, split and warps of a group (Wk): the knob (a forced run), else
+// one per kStreamStepsPerWarp steps of the rank's slice (at most 8: a slice of a few steps leaves
+// each warp's first loads unhidden).
+StreamPlan stream_plan_split(const GemmProblem& p, int splits, bool forced) {
   StreamPlan plan{};
-  plan.token_tiles = p.m <= kTileTokens ? 1 : 2;
-  std::tie(plan.kernel, plan.unbias_exponent) = select_stream_kernel(p, plan.token_tiles);
+  plan.token_tiles = stream_token_tiles(p.m);
   plan.steps = int(ceil_div(row_bytes(p.b.format, p.k), kStreamStepBytes));
   plan.splits = splits;
   const int slice_steps = int(ceil_div(plan.steps, splits));
   const int64_t warps = forced && p.warps > 0 ? p.warps : slice_steps / kStreamStepsPerWarp;
   plan.slice_warps = int(std::clamp<int64_t>(warps, 1, std::min(kStreamMaxWarps, slice_steps)));
+  return plan;
+}
+
+// The plan of a K split over clusters of `splits` CTAs (stream_plan_split), or no kernel where the
+// activations do not fit in shared memory. Groups (Wt, S > 1 only): as many as fill 8 warps, at most
+// one per tile, so that more warps share the activations a CTA stages. Tiles per CTA: the knob, else
+// the fewest that fit the grid in one wave of resident clusters (counted at one tile per group):
+// measured on the H200 (benchmarks/NOTES.md), a second, partial wave costs more than the CTAs'
+// longer walks.
+StreamPlan make_stream_plan(const GemmProblem& p, int splits, bool forced) {
+  StreamPlan plan = stream_plan_split(p, splits, forced);
+  std::tie(plan.kernel, plan.unbias_exponent) = select_stream_kernel(p, plan.token_tiles);
+  const int slice_steps = int(ceil_div(plan.steps, splits));
   const int max_groups = splits > 1 ? kStreamMaxWarps / plan.slice_warps : 1;
   const int64_t row_tiles = ceil_div(p.n, kStreamTileRows);
   const int device = current_device();
@@ -437,6 +452,14 @@ StreamPlan make_stream_plan(const GemmProblem& p, int splits, bool forced) {
     const int64_t clusters = std::max<int64_t>(1, resident_ctas(device, kernel, threads, plan.smem, splits) / splits);
     plan.tiles_per_cta = int(std::clamp<int64_t>(ceil_div(row_tiles, clusters), 1, kStreamMaxTiles));
     plan.tile_warps = std::min(plan.tile_warps, plan.tiles_per_cta);
+    // Above 16 rows each tile's partial sums are 4 or 8 times larger: fewer tiles per CTA where they
+    // would not fit (more, shorter clusters).
+    size_stream_shared_memory(p, plan);
+    while (p.m > kMaxTokens && plan.smem > size_t(max_smem) && plan.tiles_per_cta > 1) {
+      --plan.tiles_per_cta;
+      plan.tile_warps = std::min(plan.tile_warps, plan.tiles_per_cta);
+      size_stream_shared_memory(p, plan);
+    }
   }
   size_stream_shared_memory(p, plan);
   if (plan.smem > size_t(max_smem)) return StreamPlan{};
@@ -479,6 +502,7 @@ StreamPlan make_stream_plan(const GemmProblem& p, bool forced) {
 StreamPlan choose_stream_plan(const GemmProblem& p) {
   if (p.variant == kVariantStaged || !register_stream_supported(p)) return StreamPlan{};
   if (p.variant == kVariantRegisterStream) return make_stream_plan(p, true);
+  if (p.m > kMaxTokens) return make_stream_plan(p, false);  // wide_stream_serves chose this kernel
   if (p.sm_count > 0) return StreamPlan{};
   const bool mxfp8 = p.b.format == OperandFormat::Mxfp8;
   const int64_t steps = ceil_div(row_bytes(p.b.format, p.k), kStreamStepBytes);
@@ -491,6 +515,39 @@ StreamPlan choose_stream_plan(const GemmProblem& p) {
   while (splits < kMaxSplits && steps > int64_t(splits) * kStreamLongSteps) splits *= 2;
   if (p.m >= kStreamClusterRows && !(mxfp8 && splits == kMaxSplits)) return make_stream_plan(p, false);
   return make_stream_plan(p, splits, false);
+}
+
+// Dense problems of 17 to 64 rows (sm_90 only, where the engine is the alternative and both were
+// measured): the register-streaming kernel alone serves them, where the variant names it or where it
+// measured faster than the engine (wide_stream_pays), and where its activations and one tile's
+// partial sums fit the sm_90 shared memory at the largest split, so that the planner always finds a
+// plan (it shrinks the tiles per CTA to fit). A grid limited to some SMs (sm_count) stays with the
+// engine, whose grid is persistent.
+constexpr int kSm90SharedBytes = 232448;  // the dynamic shared memory a block may opt into on sm_90
+
+// Measured on the H200 (benchmarks/NOTES.md, "17 to 64 rows"; results/h200-skinny-kernels-wide.json):
+// the register-streaming kernel beat the engine wherever its 16-row tiles times token tiles were at
+// most 1024 with 4-bit weights ((1536, 7168) and (2048, 7168) at 24..64 rows, (4096, 7168) at 24 and
+// 32: 0.53-0.90 of the engine's time) or 768 with MXFP8 ones (0.49-0.78); from 2048 on the engine
+// was faster, up to 4x ((17408, 5120) at every M, (4096, 7168) and (7168, 2048) at 48 and 64).
+constexpr int64_t kWideStreamMaxTileTokens = 1024;
+constexpr int64_t kWideStreamMaxTileTokensMxfp8 = 768;
+
+bool wide_stream_pays(const GemmProblem& p) {
+  const int64_t tile_tokens = ceil_div(p.n, kStreamTileRows) * stream_token_tiles(p.m);
+  return tile_tokens <= (p.b.format == OperandFormat::Mxfp8 ? kWideStreamMaxTileTokensMxfp8 : kWideStreamMaxTileTokens);
+}
+
+bool wide_stream_serves(const GemmProblem& p) {
+  if (p.m <= kMaxTokens || p.cc != static_cast<int>(GemmArch::Sm90) || p.sm_count > 0) return false;
+  if (p.variant == kVariantStaged) return false;  // the staged kernel stops at 16 rows
+  if (!register_stream_supported(p) || !(p.variant == kVariantRegisterStream || wide_stream_pays(p))) return false;
+  const bool forced = p.variant == kVariantRegisterStream;  // its knobs as make_stream_plan takes them
+  const int steps = int(ceil_div(row_bytes(p.b.format, p.k), kStreamStepBytes));
+  StreamPlan plan = stream_plan_split(p, forced && p.splits > 0 ? p.splits : std::min(kMaxSplits, steps), forced);
+  plan.tiles_per_cta = forced && p.stages > 0 ? p.stages : 1;
+  size_stream_shared_memory(p, plan);
+  return plan.smem <= size_t(kSm90SharedBytes);
 }
 
 // A launch in clusters of `splits` CTAs (none for 1), with programmatic dependent launch where asked.
@@ -550,6 +607,9 @@ void run(const GemmProblem& p, cudaStream_t stream) {
   if (stream_plan.kernel != nullptr) {
     run_register_stream(p, stream_plan, stream);
     return;
+  }
+  if (p.m > kMaxTokens && p.grouping == Grouping::Dense) {
+    throw std::runtime_error("fp4_gemm skinny: no register-streaming plan fits this problem of more than 16 rows");
   }
   const Plan plan = make_plan(p);
   SkinnyArgs args{};

@@ -1,5 +1,5 @@
-// The register-streaming skinny kernel: out = epilogue(A @ B^T) for a dense problem of at most 16
-// activation rows against 4-bit weights (NVFP4, MXFP4; A in B's format or bf16, W4A16) or MXFP8
+// The register-streaming skinny kernel: out = epilogue(A @ B^T) for a dense problem of at most 64
+// activation rows (up to 8 token tiles of 8; above 16 on sm_90 only, backend.cu) against 4-bit weights (NVFP4, MXFP4; A in B's format or bf16, W4A16) or MXFP8
 // weights (A MXFP8) (docs/API.md, "Decode and speculative-verify kernels"; reference: reference.gemm).
 //
 // Work. A cluster of S CTAs owns P consecutive 16-row tiles of B (the mma's M side); CTA rank q
@@ -47,6 +47,15 @@ constexpr int kStreamStepChunks = kStreamStepBytes / 16;     // 16-byte chunks: 
 constexpr int kStreamFragmentBytes = 16;                     // one lane's four bf16 pairs
 constexpr int kStreamMaxWarps = 8;
 constexpr int kStreamMaxTiles = 32;
+constexpr int kStreamMaxTokens = 64;  // 8 token tiles
+
+// The kernel's token tiles for m activation rows: 1, 2, 4 or 8.
+__host__ __device__ constexpr int stream_token_tiles(int64_t m) { return m <= 8 ? 1 : m <= 16 ? 2 : m <= 32 ? 4 : 8; }
+
+// CTAs of 8 warps per SM the registers are sized for: the accumulators and activation fragments
+// grow with the token tiles (16 and 32 registers each at 4 and 8 tiles).
+template <int kTokenTiles>
+constexpr int kStreamMinBlocks = kTokenTiles <= 2 ? 3 : kTokenTiles == 4 ? 2 : 1;
 
 // Shared memory of one activation row's fragments of a step: the step's elements as bf16.
 __host__ __device__ constexpr int stream_step_fragment_bytes(int element_bits) {
@@ -387,7 +396,8 @@ struct RegisterStreamKernel {
 };
 
 template <OperandFormat kA, OperandFormat kB, int kTokenTiles>
-__global__ void __launch_bounds__(kStreamMaxWarps * 32, 3) register_stream_kernel(const __grid_constant__ StreamArgs args) {
+__global__ void __launch_bounds__(kStreamMaxWarps * 32, kStreamMinBlocks<kTokenTiles>)
+    register_stream_kernel(const __grid_constant__ StreamArgs args) {
   RegisterStreamKernel<kA, kB, kTokenTiles>::run(args);
 }
 
