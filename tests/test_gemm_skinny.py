@@ -3,7 +3,8 @@ bound of float64 math on the exactly dequantized operands (the reference, on CPU
 M in 1..16, N at its alignment and large, every operand format, epilogue and output type, the decode
 GEMV on the streaming layout, K tails, NaN scales; outputs poisoned first; bitwise equal run to run,
 with and without a K split, and under CUDA graph replay; the native repack bit for bit. Both kernels
-of the tier, named by their variant (SKINNY_KERNELS), where the planner would pick either.
+of the tier, named by their variant (SKINNY_KERNELS), where the planner would pick either; on sm_90
+the register-streaming kernel at 17..64 rows, named and where dispatch takes it.
 
 Which backend serves a problem is asked from the build (GemmCall.backends): those tests run without a
 GPU."""

@@ -142,6 +142,9 @@ void run(const GemmProblem& p, cudaStream_t stream) {
     throw std::runtime_error("fp4_gemm: the staged GEMM got less scratch than scratch_bytes() asked for");
   }
   const GemmProblem inner = inner_problem(p);
+  if (!is_aligned(inner.epilogue.out, 16)) {
+    throw std::runtime_error("fp4_gemm: the staged GEMM's scratch is not 16-byte aligned");
+  }
   delegate_backend(inner, kName).run(inner, stream);
 
   EncodeParams e{};
@@ -156,7 +159,6 @@ void run(const GemmProblem& p, cudaStream_t stream) {
   e.values = static_cast<uint8_t*>(p.epilogue.out);
   e.scales = static_cast<uint8_t*>(p.epilogue.out_scales);
   e.vector_stores = is_aligned(e.values, kBlockBytes);
-  if (!is_aligned(e.stage, 16)) throw std::runtime_error("fp4_gemm: the staged GEMM's scratch is not 16-byte aligned");
   const MatrixLaunch shape = matrix_launch(e.grid.rows, e.grid.cols);
   // PDL: the kernel waits for the inner GEMM before its first read.
   launch_kernel(encode_kernel, shape.grid, shape.block, 0, stream, true, e);

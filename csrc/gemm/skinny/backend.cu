@@ -528,8 +528,10 @@ constexpr int kSm90SharedBytes = 232448;  // the dynamic shared memory a block m
 // Measured on the H200 (benchmarks/NOTES.md, "17 to 64 rows"; results/h200-skinny-kernels-wide.json):
 // the register-streaming kernel beat the engine wherever its 16-row tiles times token tiles were at
 // most 1024 with 4-bit weights ((1536, 7168) and (2048, 7168) at 24..64 rows, (4096, 7168) at 24 and
-// 32: 0.53-0.90 of the engine's time) or 768 with MXFP8 ones (0.49-0.78); from 2048 on the engine
-// was faster, up to 4x ((17408, 5120) at every M, (4096, 7168) and (7168, 2048) at 48 and 64).
+// 32: 0.53-0.90 of the engine's time) or 768 with MXFP8 ones (0.49-0.78). Above that it lost at
+// (5120, 17408) M = 24 (1280: 1.4-2.3x) and from 2048 on by up to 4x ((17408, 5120) at every M,
+// (4096, 7168) and (7168, 2048) at 48 and 64), and gained little at (7168, 2048) M = 24 and 32 (1792:
+// 0.86-0.98), which stay with the engine.
 constexpr int64_t kWideStreamMaxTileTokens = 1024;
 constexpr int64_t kWideStreamMaxTileTokensMxfp8 = 768;
 

@@ -190,7 +190,6 @@ struct Scratch {
   int64_t partials = 0, b_bf16 = 0, spans = 0, bytes = 0;
 };
 
-
 Scratch scratch_layout(const GemmProblem& p) {
   const TileShape tile = tile_shape(p);
   const WorkSplit split = work_split(p, tile);
