@@ -5,7 +5,7 @@ layer (validation, output allocation, building the op call), the op's dispatch, 
 (backend choice, launch planning) and the launches. `host_us_per_call`: the time to issue
 ISSUED_CALLS calls while the GPU is held busy by a sleep kernel queued before them, so that no call
 waits for the device and the launch queue never fills (checked: the sleep is still running when
-the last call returns); median over REPEATS. torch.mm on bf16 operands of the same shape is timed
+the last call returns); median over ISSUE_REPEATS. torch.mm on bf16 operands of the same shape is timed
 the same way, alternating with the function in the same process (the host's speed drifts), and
 `vs_torch_mm` is the median of the per-repeat ratios. Caller output buffers are passed where a
 function takes them (as the hot path should); `torch_mm_out` is torch.mm with `out=`.

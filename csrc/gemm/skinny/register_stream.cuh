@@ -1,6 +1,7 @@
 // The register-streaming skinny kernel: out = epilogue(A @ B^T) for a dense problem of at most 64
-// activation rows (up to 8 token tiles of 8; above 16 on sm_90 only, backend.cu) against 4-bit weights (NVFP4, MXFP4; A in B's format or bf16, W4A16) or MXFP8
-// weights (A MXFP8) (docs/API.md, "Decode and speculative-verify kernels"; reference: reference.gemm).
+// activation rows (up to 8 token tiles of 8; above 16 on sm_90 only, backend.cu) against 4-bit
+// weights (NVFP4, MXFP4; A in B's format or bf16, W4A16) or MXFP8 weights (A MXFP8) (docs/API.md,
+// "Decode and speculative-verify kernels"; reference: reference.gemm).
 //
 // Work. A cluster of S CTAs owns P consecutive 16-row tiles of B (the mma's M side); CTA rank q
 // takes the q-th of S slices of K (whole steps of 128 bytes of a row). Its warps are Wt groups of
