@@ -367,6 +367,9 @@ struct StreamPlan {
   int64_t cost;  // the serial work of one warp, in quarter steps (make_stream_plan)
 };
 
+// The steps (128 bytes each) of a weight row.
+int stream_steps(const GemmProblem& p) { return int(ceil_div(row_bytes(p.b.format, p.k), kStreamStepBytes)); }
+
 // Dense weights in the row-major layout, at most 16 rows: 4-bit weights with A in their format or
 // bf16, MXFP8 weights with MXFP8 A (the API has no bf16-activation mode over MXFP8 weights).
 bool register_stream_supported(const GemmProblem& p) {
@@ -417,7 +420,7 @@ void size_stream_shared_memory(const GemmProblem& p, StreamPlan& plan) {
 StreamPlan stream_plan_split(const GemmProblem& p, int splits, bool forced) {
   StreamPlan plan{};
   plan.token_tiles = stream_token_tiles(p.m);
-  plan.steps = int(ceil_div(row_bytes(p.b.format, p.k), kStreamStepBytes));
+  plan.steps = stream_steps(p);
   plan.splits = splits;
   const int slice_steps = int(ceil_div(plan.steps, splits));
   const int64_t warps = forced && p.warps > 0 ? p.warps : slice_steps / kStreamStepsPerWarp;
@@ -478,7 +481,7 @@ StreamPlan make_stream_plan(const GemmProblem& p, int splits, bool forced) {
 // (StreamPlan::cost), the smaller on a tie.
 StreamPlan make_stream_plan(const GemmProblem& p, bool forced) {
   if (forced && p.splits > 0) return make_stream_plan(p, p.splits, true);
-  const int steps = int(ceil_div(row_bytes(p.b.format, p.k), kStreamStepBytes));
+  const int steps = stream_steps(p);
   StreamPlan best{};
   for (int splits = 1; splits <= std::min(kMaxSplits, steps); ++splits) {
     const StreamPlan plan = make_stream_plan(p, splits, forced);
@@ -505,7 +508,7 @@ StreamPlan choose_stream_plan(const GemmProblem& p) {
   if (p.m > kMaxTokens) return make_stream_plan(p, false);  // wide_stream_serves chose this kernel
   if (p.sm_count > 0) return StreamPlan{};
   const bool mxfp8 = p.b.format == OperandFormat::Mxfp8;
-  const int64_t steps = ceil_div(row_bytes(p.b.format, p.k), kStreamStepBytes);
+  const int64_t steps = stream_steps(p);
   const int64_t sms = device_attribute(current_device(), cudaDevAttrMultiProcessorCount);
   const int64_t tile_steps = ceil_div(p.n, kStreamTileRows) * steps;
   if (p.m > kTileTokens && (mxfp8 ? steps > kStreamMxfp8RowSteps : tile_steps > kStreamSmallWeightSteps * sms)) {
@@ -545,8 +548,8 @@ bool wide_stream_serves(const GemmProblem& p) {
   if (p.variant == kVariantStaged) return false;  // the staged kernel stops at 16 rows
   if (!register_stream_supported(p) || !(p.variant == kVariantRegisterStream || wide_stream_pays(p))) return false;
   const bool forced = p.variant == kVariantRegisterStream;  // its knobs as make_stream_plan takes them
-  const int steps = int(ceil_div(row_bytes(p.b.format, p.k), kStreamStepBytes));
-  StreamPlan plan = stream_plan_split(p, forced && p.splits > 0 ? p.splits : std::min(kMaxSplits, steps), forced);
+  const int splits = forced && p.splits > 0 ? p.splits : std::min(kMaxSplits, stream_steps(p));
+  StreamPlan plan = stream_plan_split(p, splits, forced);
   plan.tiles_per_cta = forced && p.stages > 0 ? p.stages : 1;
   size_stream_shared_memory(p, plan);
   return plan.smem <= size_t(kSm90SharedBytes);
