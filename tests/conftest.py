@@ -66,6 +66,10 @@ BUILD_DIR, KERNEL_PATH = locate_build(dict(os.environ), ROOT, REPO_ID)
 HAS_CUDA = torch.cuda.is_available()
 
 requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU (run on the device machine)")
+requires_sm90 = pytest.mark.skipif(
+    not HAS_CUDA or torch.cuda.get_device_capability() != (9, 0),
+    reason="needs an sm_90 GPU (run on the device machine)",
+)
 # a `device` parametrization: the CPU (the reference) always, the GPU where there is one
 DEVICES = ["cpu", pytest.param("cuda", marks=requires_cuda)]
 

@@ -15,12 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 from checks import assert_bitwise_equal, assert_nvfp4_output_within_bound, assert_within_bound, poisoned_like
-from conftest import HAS_CUDA
-
-requires_sm90 = pytest.mark.skipif(
-    not HAS_CUDA or torch.cuda.get_device_capability() != (9, 0),
-    reason="needs an sm_90 GPU (run on the device machine)",
-)
+from conftest import requires_sm90
 
 # (A, B) formats the dequantize op decodes, and bf16 activations with 4-bit weights (W4A16)
 PAIRS = [

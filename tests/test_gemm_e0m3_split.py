@@ -11,12 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 from checks import assert_bitwise_equal, assert_within_bound, poisoned_like
-from conftest import HAS_CUDA
+from conftest import requires_sm90
 
-requires_sm90 = pytest.mark.skipif(
-    not HAS_CUDA or torch.cuda.get_device_capability() != (9, 0),
-    reason="needs an sm_90 GPU (run on the device machine)",
-)
 pytestmark = pytest.mark.kernels_ci
 
 E2M1_CODE = {0: 0, 1: 2, 2: 4, 4: 6, 6: 7}  # E2M1 code of each value the parts take

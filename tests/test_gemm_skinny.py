@@ -15,7 +15,7 @@ import pytest
 import torch
 from cases import build_capabilities, compute_capability
 from checks import POISON_BYTE, assert_bitwise_equal, assert_within_bound, poisoned_like
-from conftest import HAS_CUDA, requires_cuda
+from conftest import requires_cuda, requires_sm90
 from decode_cases import (
     EXPERT_SHAPES,
     MODES,
@@ -643,10 +643,6 @@ def test_register_stream_runs_are_bitwise_equal_and_replay_in_a_cuda_graph(fp4, 
 # ---- 17 to 64 rows: the register-streaming kernel on sm_90 (4 and 8 token tiles) ----------------
 
 WIDE_MS = [17, 24, 32, 33, 48, 64]
-requires_sm90 = pytest.mark.skipif(
-    not HAS_CUDA or torch.cuda.get_device_capability() != (9, 0),
-    reason="needs an sm_90 GPU (run on the device machine)",
-)
 
 
 @pytest.mark.parametrize("m", [17, 32, 33, 64])

@@ -11,13 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 from checks import assert_bitwise_equal, assert_within_bound, poisoned_like
-from conftest import HAS_CUDA
+from conftest import requires_sm90
 
 MODES = {"w8a8-mxfp8": "mxfp8", "w4a4-mxfp4": "mxfp4", "w4a4-nvfp4": "nvfp4"}
-requires_sm90 = pytest.mark.skipif(
-    not HAS_CUDA or torch.cuda.get_device_capability() != (9, 0),
-    reason="needs an sm_90 GPU (run on the device machine)",
-)
 
 
 def backend(fp4, a_format="nvfp4", b_format="nvfp4", m=256, n=4096, k=4096, **kind) -> str:

@@ -14,12 +14,7 @@ import torch
 from api_cases import nvfp4_operand
 from cases import STAGED_KINDS
 from checks import assert_bitwise_equal, assert_nvfp4_output_within_bound, gelu64, poisoned_like
-from conftest import HAS_CUDA
-
-requires_sm90 = pytest.mark.skipif(
-    not HAS_CUDA or torch.cuda.get_device_capability() != (9, 0),
-    reason="needs an sm_90 GPU (run on the device machine)",
-)
+from conftest import requires_sm90
 
 
 def backend(fp4, m=256, n=4096, k=4096, **kind) -> str:
