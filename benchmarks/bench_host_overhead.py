@@ -234,10 +234,10 @@ def halops_calls(fp4, device: str) -> dict[str, Callable[[], object]]:
     alpha, galpha = torch.ones(1, device=device), torch.ones(e, device=device)
     ids = torch.arange(e * M, device=device, dtype=torch.int32) // M
     counts = torch.full((e,), M, device=device, dtype=torch.int32)
-    bout = gout.reshape(e, M, N)
+    bout, ga3 = gout.reshape(e, M, N), ga.reshape(e, M, -1)  # batch_gemm's [B, M, ...] views, made once
     return {
         "dense_gemm": lambda: fp4.dense_gemm(a, w, sfa, sfb, out, alpha=alpha, mode=mode),
-        "batch_gemm": lambda: fp4.batch_gemm(ga.reshape(e, M, -1), gw, gsfa, gsfb, bout, alpha=galpha, mode=mode),
+        "batch_gemm": lambda: fp4.batch_gemm(ga3, gw, gsfa, gsfb, bout, alpha=galpha, mode=mode),
         "group_contiguous_gemm": lambda: fp4.group_contiguous_gemm(
             ga, gw, gsfa, gsfb, ids, gout, alpha=galpha, mode=mode
         ),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
+import pytest
 import torch
 from conftest import build_config
 
@@ -12,6 +13,15 @@ MODES = ("w8a8-mxfp8", "w4a4-mxfp4", "w4a4-nvfp4")
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 GROUP = {"w8a8-mxfp8": 32, "w4a4-mxfp4": 32, "w4a4-nvfp4": 16}
 QMAX = {"w8a8-mxfp8": 448.0, "w4a4-mxfp4": 6.0, "w4a4-nvfp4": 6.0}
+
+
+def nvfp4_output_backend(fp4, m: int, n: int = 4096, k: int = 4096, **kind) -> str:
+    """The backend dispatch picks on sm_90 for an NVFP4-output GEMM of NVFP4 operands (`kind`: other
+    GemmCall fields, out_format included); skips on a build without sm_90 code."""
+    if 90 not in fp4._ops.ops.gemm_backend_archs():
+        pytest.skip("this build has no sm_90 code (built with --archs)")
+    kind = {"out_format": "nvfp4"} | kind
+    return fp4._gemm.described_call("nvfp4", m=m, n=n, k=k, **kind).backend(90)
 
 
 def build_capabilities() -> tuple[str, ...]:

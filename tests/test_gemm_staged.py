@@ -1,6 +1,7 @@
 """The staged backend (csrc/gemm/staged.cu): NVFP4 outputs and GeGLU through a float32/fp16 stage
-written by the backend that serves the float-output problem (the skinny tier at M <= 16, the
-engine above), then finished and encoded by one kernel with the NVFP4 codec.
+written by the backend that serves the float-output problem (the Hopper engine, or the skinny tier
+where the register-streaming kernel does not encode the output itself: test_gemm_stream_nvfp4.py),
+then finished and encoded by one kernel with the NVFP4 codec.
 On the GPU each public function's output, written into poisoned buffers, is held to the
 docs/FORMATS.md bound plus one code step of float64 math on the exactly dequantized operands; the
 scale bytes of the padding rows are zero, and two runs are bitwise equal.
@@ -12,20 +13,9 @@ from __future__ import annotations
 import pytest
 import torch
 from api_cases import nvfp4_operand
-from cases import STAGED_KINDS
+from cases import STAGED_KINDS, nvfp4_output_backend
 from checks import assert_bitwise_equal, assert_nvfp4_output_within_bound, gelu64, poisoned_like
 from conftest import requires_sm90
-
-
-def backend(fp4, m=256, n=4096, k=4096, **kind) -> str:
-    kind = {"out_format": "nvfp4"} | kind
-    return fp4._gemm.described_call("nvfp4", m=m, n=n, k=k, **kind).backend(90)
-
-
-def require_sm90_build(fp4) -> None:
-    if 90 not in fp4._ops.ops.gemm_backend_archs():
-        pytest.skip("this build has no sm_90 code")
-
 
 # ---- which problems it serves (host-side: runs without a GPU) ------------------------------------
 
@@ -33,35 +23,32 @@ def require_sm90_build(fp4) -> None:
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("kind", STAGED_KINDS)
 def test_staged_serves_nvfp4_outputs_through_the_hopper_engine(fp4, kind):
-    require_sm90_build(fp4)
-    assert backend(fp4, **kind) == "staged"
-    assert backend(fp4, m=8, **kind) == "staged"  # the stage of a decode-sized problem
+    assert nvfp4_output_backend(fp4, 256, **kind) == "staged"
 
 
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("kind", [{"grouping": "masked"}, {"grouping": "contiguous"}])
 def test_staged_leaves_groups_that_own_part_of_the_rows_to_the_reference(fp4, kind):
     """The quantizer encodes the whole matrix: it would write rows a group does not own."""
-    require_sm90_build(fp4)
-    assert backend(fp4, **kind) == ""
+    assert nvfp4_output_backend(fp4, 256, **kind) == ""
 
 
 @pytest.mark.kernels_ci
 def test_staged_needs_whole_16_column_blocks(fp4):
-    require_sm90_build(fp4)
-    assert backend(fp4, n=4104) == ""  # N_out % 16 == 8
-    assert backend(fp4, n=4104, activation="geglu", out_format="nvfp4_from_fp16") == ""  # N_out = 2052
+    assert nvfp4_output_backend(fp4, 256, n=4104) == ""  # N_out % 16 == 8
+    geglu = {"activation": "geglu", "out_format": "nvfp4_from_fp16"}
+    assert nvfp4_output_backend(fp4, 256, n=4104, **geglu) == ""  # N_out = 2052
 
 
 @pytest.mark.kernels_ci
 def test_staged_never_serves_16_bit_outputs(fp4):
-    require_sm90_build(fp4)
-    assert backend(fp4, out_format="bf16") == "sm90_engine"
+    assert nvfp4_output_backend(fp4, 256, out_format="bf16") == "sm90_engine"
 
 
 # ---- results on the H200 ------------------------------------------------------------------------
 
-SHAPES = [(200, 256, 512), (8, 128, 256), (130, 512, 64)]  # (M, N, K): M = 8 stages through the skinny tier
+# (M, N, K); the register-streaming kernel encodes M = 8 itself (test_gemm_stream_nvfp4.py).
+SHAPES = [(200, 256, 512), (8, 128, 256), (130, 512, 64)]
 
 
 def gemm64(fp4, a, b, sfa, sfb) -> torch.Tensor:

@@ -1,12 +1,12 @@
-// Outputs no kernel writes directly, through a stage: NVFP4 outputs and GeGLU (docs/FORMATS.md,
-// "GEMM result"; reference: reference.gemm_into).
+// NVFP4 outputs (and GeGLU) that no kernel writes itself, through a stage (docs/FORMATS.md, "GEMM
+// result"; reference: reference.gemm_into).
 //
 // The staged backend has the backend that serves the same problem with a float32 output, and no
 // bias or activation, write alpha * A @ B^T into a stage in the scratch. One more kernel finishes
 // and encodes the stage: per 16-column block of the result it applies the rest of the shared
 // epilogue's operations (epilogue.cuh: + bias, then the activation, or GeGLU's gelu(y[:, 2j]) *
-// y[:, 2j + 1]), rounds to fp16 where the contract says so (`_fp16` outputs), and encodes the
-// block with the NVFP4 codec (formats.cuh's quantize_block, bit-exact with
+// y[:, 2j + 1]; epilogue.cuh's nvfp4_output_value), rounds to fp16 where the contract says so
+// (`_fp16` outputs), and encodes the block (nvfp4_output.cuh, bit-exact with
 // reference.quantize_blocks) into out and out_scales, every scale byte of the padded grid included.
 // So the float32 values encoded are those a fused epilogue would have, and the encoding is the
 // reference's: two launches per call, the inner GEMM's and this one.
@@ -14,17 +14,15 @@
 // Served: NVFP4 outputs without a residual where every row is owned (dense and batched problems:
 // the whole matrix is encoded), N_out a multiple of 16, when some backend serves the float32
 // problem for the same compute capability. It registers after every other backend, so a kernel that
-// writes NVFP4 itself would run first.
-#include <cuda_fp16.h>
-
+// writes NVFP4 itself runs first (the register-streaming skinny kernel, on decode-sized problems).
 #include <stdexcept>
 
-#include "csrc/common/formats.cuh"
 #include "csrc/common/launch.cuh"
 #include "csrc/common/sf_layout.cuh"
 #include "csrc/gemm/backends.h"
 #include "csrc/gemm/dispatch.h"
 #include "csrc/gemm/epilogue.cuh"
+#include "csrc/gemm/nvfp4_output.cuh"
 #include "csrc/quant/block_io.cuh"
 
 namespace fp4_gemm {
@@ -71,17 +69,15 @@ int64_t scratch_bytes(const GemmProblem& p) {
 struct EncodeParams {
   const float* stage;              // [rows, stage_cols], 16-byte aligned rows
   int64_t rows, stage_cols, nkb;   // nkb: 16-column blocks of the result (stage_cols / 16, / 32 under GeGLU)
-  GemmEpilogue epilogue;           // bias, bias_type, bias_per_group and activation are read
+  GemmEpilogue epilogue;           // bias, bias_type, bias_per_group, activation and out_format are read
   int64_t group_rows;              // rows per bias row when the bias is per group
-  bool fp16;                       // the result is rounded to fp16 before it is encoded
   ScaleGrid grid;                  // the output's swizzled scale grid, padding included
   uint8_t* values;                 // [rows, nkb * 8] packed E2M1
   uint8_t* scales;
   bool vector_stores;              // values are 8-byte aligned (whole blocks)
 };
 
-constexpr int kGroup = Nvfp4Recipe::kGroup;
-constexpr int kBlockBytes = kStoredBytes<Nvfp4Recipe::kElement, kGroup>;
+constexpr int kGroup = kNvfp4OutGroup;
 
 // The stage's row `row` at columns [col0, col0 + n) plus the bias: the first step of
 // epilogue_value after alpha.
@@ -95,23 +91,18 @@ __device__ __forceinline__ void load_biased(const EncodeParams& p, int64_t row, 
   for (int i = 0; i < n; ++i) y[i] += load_as_float(e.bias, e.bias_type, bias_row + col0 + i);
 }
 
-// The result's block `kb` of row `row`: act(stage + bias), or under GeGLU gelu(y[2j]) * y[2j + 1]
-// with y = stage + bias, rounded to fp16 (as the reference's .half()) where asked.
-__device__ __forceinline__ void finished_block(const EncodeParams& p, int64_t row, int64_t kb, float* x) {
-  const Activation act = p.epilogue.activation;
-  if (act == Activation::Geglu) {
+// The result's block `kb` of row `row` (epilogue.cuh's nvfp4_output_value of stage + bias).
+__device__ __forceinline__ void finished_block(const EncodeParams& p, int64_t row, int64_t kb,
+                                               float (&x)[kGroup]) {
+  if (p.epilogue.activation == Activation::Geglu) {
     float y[2 * kGroup];
     load_biased<2 * kGroup>(p, row, 2 * kGroup * kb, y);
 #pragma unroll
-    for (int i = 0; i < kGroup; ++i) x[i] = activate(Activation::Gelu, y[2 * i]) * y[2 * i + 1];
+    for (int i = 0; i < kGroup; ++i) x[i] = nvfp4_output_value(p.epilogue, y[2 * i], y[2 * i + 1]);
   } else {
     load_biased<kGroup>(p, row, kGroup * kb, x);
 #pragma unroll
-    for (int i = 0; i < kGroup; ++i) x[i] = activate(act, x[i]);
-  }
-  if (p.fp16) {
-#pragma unroll
-    for (int i = 0; i < kGroup; ++i) x[i] = __half2float(__float2half_rn(x[i]));
+    for (int i = 0; i < kGroup; ++i) x[i] = nvfp4_output_value(p.epilogue, x[i], 0.0f);
   }
 }
 
@@ -127,11 +118,8 @@ __global__ void __launch_bounds__(kMatrixThreads) encode_kernel(const EncodePara
     uint8_t scale = 0;
     if (row < p.rows && kb < p.nkb) {
       float x[kGroup];
-      uint32_t signs[kGroup / 8], stored[kBlockBytes / 4];
       finished_block(p, row, kb, x);
-      nibble_signs<kGroup>(x, signs);
-      scale = quantize_block<Nvfp4Recipe>(x, amax_bits<kGroup>(x), signs, stored);
-      store_words<kBlockBytes>(p.values + (row * p.nkb + kb) * kBlockBytes, stored, p.vector_stores);
+      scale = encode_nvfp4_block(x, p.values + (row * p.nkb + kb) * kNvfp4OutBlockBytes, p.vector_stores);
     }
     p.scales[scale_index(ScaleLayout::Swizzled, row, kb, p.nkb)] = scale;
   }
@@ -154,11 +142,10 @@ void run(const GemmProblem& p, cudaStream_t stream) {
   e.nkb = p.n_out() / kGroup;
   e.epilogue = p.epilogue;
   e.group_rows = p.group_rows > 0 ? p.group_rows : p.m;
-  e.fp16 = p.epilogue.out_format == OutFormat::Nvfp4FromFp16;
   e.grid = scale_grid(ScaleLayout::Swizzled, p.m, e.nkb);
   e.values = static_cast<uint8_t*>(p.epilogue.out);
   e.scales = static_cast<uint8_t*>(p.epilogue.out_scales);
-  e.vector_stores = is_aligned(e.values, kBlockBytes);
+  e.vector_stores = is_aligned(e.values, kNvfp4OutBlockBytes);
   const MatrixLaunch shape = matrix_launch(e.grid.rows, e.grid.cols);
   // PDL: the kernel waits for the inner GEMM before its first read.
   launch_kernel(encode_kernel, shape.grid, shape.block, 0, stream, true, e);

@@ -74,6 +74,9 @@ bool chunks_groups(const GemmProblem& p) {
 // Dense problems of 17 to 64 rows on the register-streaming kernel (below, with the planner).
 bool wide_stream_serves(const GemmProblem& p);
 
+// NVFP4 outputs the register-streaming kernel encodes itself (below, with the planner).
+bool stream_writes_nvfp4(const GemmProblem& p);
+
 // Grouped problems whose groups own at most 16 rows each (batched, masked), or 16 on average
 // (contiguous: a group with more rows is streamed once per 16-row chunk); any rows under
 // chunks_groups. Every group's weight rows must start on a 128-row SfAtom tile (N % 128 == 0) when
@@ -96,10 +99,12 @@ bool supports(const GemmProblem& p) {
   if (p.schedule == Schedule::M256 || !grouping_supported(p)) return false;
   if (p.groups > 1 && p.n % kBlockRows != 0) return false;
   if (!operand_pair_supported(p.a.format, p.b.format)) return false;
-  // Float32: the staged backend's stage (NVFP4 outputs and GeGLU encoded from it).
+  // Float32: the staged backend's stage (NVFP4 outputs and GeGLU encoded from it). NVFP4 (and
+  // GeGLU, which has only NVFP4 outputs): where the register-streaming kernel encodes them.
   const bool fp32 = e.out_format == OutFormat::Fp32;
-  if (e.out_format != OutFormat::Bf16 && e.out_format != OutFormat::Fp16 && !fp32) return false;
-  if (e.activation == Activation::Geglu) return false;
+  const bool nvfp4 = e.out_format == OutFormat::Nvfp4 || e.out_format == OutFormat::Nvfp4FromFp16;
+  if (e.out_format != OutFormat::Bf16 && e.out_format != OutFormat::Fp16 && !fp32 && !nvfp4) return false;
+  if (e.activation == Activation::Geglu && !nvfp4) return false;
   if (e.bias_per_group && p.grouping == Grouping::Dense) return false;
   if (e.alpha != nullptr && !((e.alpha_count == 1 || e.alpha_count == p.groups) && is_aligned(e.alpha, 4))) return false;
   if (e.bias != nullptr && !is_aligned(e.bias, float_type_bytes(e.bias_type))) return false;
@@ -115,8 +120,11 @@ bool supports(const GemmProblem& p) {
     return false;
   }
   const int max_warps = p.variant == kVariantRegisterStream ? kStreamMaxWarps : 8;
-  return p.warps >= 0 && p.warps <= max_warps && p.stages >= 0 && p.stages <= kMaxStages && p.splits >= 0 &&
-         p.splits <= kMaxSplits;
+  if (!(p.warps >= 0 && p.warps <= max_warps && p.stages >= 0 && p.stages <= kMaxStages && p.splits >= 0 &&
+        p.splits <= kMaxSplits)) {
+    return false;
+  }
+  return !nvfp4 || stream_writes_nvfp4(p);
 }
 
 // The kernel of an operand pair, and the power of two its codecs' values carry.
@@ -346,7 +354,9 @@ void set_operands(const GemmProblem& p, Args& args) {
 constexpr int kStreamStepsPerWarp = 4;  // the fewest steps of a row a warp's slice should hold
 constexpr int kStreamLongSteps = kStreamMaxWarps * kStreamStepsPerWarp;  // one CTA's warps at 4 steps each
 constexpr int kStreamClusterRows = 3;   // activation rows from which the planner's split runs (auto)
-constexpr int kStreamSmallWeightSteps = 64;  // tile steps per SM of the 4-bit weights it runs at M > 8 (auto)
+// Steps of 16-row tiles of the 4-bit weights it runs at M > 8 (auto): 64 per SM of the H200's 132,
+// where it was measured; a fixed count, so that supports() decides without a device.
+constexpr int64_t kStreamSmallWeightTileSteps = 64 * 132;
 constexpr int kStreamMxfp8RowSteps = 64;     // the longest MXFP8 rows (K <= 8192) it runs at M > 8 (auto)
 
 using StreamKernelFn = void (*)(StreamArgs);
@@ -366,6 +376,11 @@ struct StreamPlan {
   size_t smem;
   int64_t cost;  // the serial work of one warp, in quarter steps (make_stream_plan)
 };
+
+// An NVFP4 output's block of 16 columns is one 16-row tile, or two under GeGLU: a CTA owns whole blocks.
+int stream_tile_step(const GemmProblem& p) { return p.epilogue.activation == Activation::Geglu ? 2 : 1; }
+
+int round_up_to(int value, int step) { return int(ceil_div(value, step) * step); }
 
 // The steps (128 bytes each) of a weight row.
 int stream_steps(const GemmProblem& p) { return int(ceil_div(row_bytes(p.b.format, p.k), kStreamStepBytes)); }
@@ -443,23 +458,25 @@ StreamPlan make_stream_plan(const GemmProblem& p, int splits, bool forced) {
   const int device = current_device();
   const auto kernel = reinterpret_cast<const void*>(plan.kernel);
   const int max_smem = max_dynamic_shared_memory(device, kernel);
+  const int tile_step = stream_tile_step(p);
   if (forced && p.stages > 0) {
-    plan.tiles_per_cta = int(std::min<int64_t>(p.stages, row_tiles));
+    plan.tiles_per_cta = round_up_to(int(std::min<int64_t>(p.stages, row_tiles)), tile_step);
     plan.tile_warps = std::min(max_groups, plan.tiles_per_cta);
   } else {
     plan.tile_warps = int(std::min<int64_t>(max_groups, row_tiles));
-    plan.tiles_per_cta = plan.tile_warps;
+    plan.tiles_per_cta = round_up_to(plan.tile_warps, tile_step);
     size_stream_shared_memory(p, plan);
     if (plan.smem > size_t(max_smem)) return StreamPlan{};
     const int threads = plan.slice_warps * plan.tile_warps * 32;
     const int64_t clusters = std::max<int64_t>(1, resident_ctas(device, kernel, threads, plan.smem, splits) / splits);
-    plan.tiles_per_cta = int(std::clamp<int64_t>(ceil_div(row_tiles, clusters), 1, kStreamMaxTiles));
+    plan.tiles_per_cta = round_up_to(int(std::clamp<int64_t>(ceil_div(row_tiles, clusters), 1, kStreamMaxTiles)),
+                                     tile_step);
     plan.tile_warps = std::min(plan.tile_warps, plan.tiles_per_cta);
     // Above 16 rows each tile's partial sums are 4 or 8 times larger: fewer tiles per CTA where they
-    // would not fit (more, shorter clusters).
+    // would not fit (more, shorter clusters); so too for NVFP4 outputs, which have no other kernel.
     size_stream_shared_memory(p, plan);
-    while (p.m > kMaxTokens && plan.smem > size_t(max_smem) && plan.tiles_per_cta > 1) {
-      --plan.tiles_per_cta;
+    while ((p.m > kMaxTokens || nvfp4_output(p.epilogue)) && plan.smem > size_t(max_smem) && plan.tiles_per_cta > tile_step) {
+      plan.tiles_per_cta -= tile_step;
       plan.tile_warps = std::min(plan.tile_warps, plan.tiles_per_cta);
       size_stream_shared_memory(p, plan);
     }
@@ -490,34 +507,45 @@ StreamPlan make_stream_plan(const GemmProblem& p, bool forced) {
   return best;
 }
 
-// Where the register-streaming kernel runs, and on which split: where the variant names it, else
-// (auto) as measured against the staged kernel on the H200 (benchmarks/NOTES.md, "K split over a
-// cluster" and "MXFP8 weights"): every dense problem of up to 8 activation rows, and of 9 to 16 on
-// expert-sized 4-bit weights (at most kStreamSmallWeightSteps steps of 16-row tiles per SM; on larger
-// ones the staged kernel was as fast or faster at (12288, 5120) and (8192, 8192)) and on MXFP8 rows
-// of at most kStreamMxfp8RowSteps steps (the staged kernel was faster at K = 17408). From
-// kStreamClusterRows rows on, the split of the least serial work (make_stream_plan); with fewer,
-// staging the activations is cheap and one CTA per K range measured fastest, unless that leaves its
-// warps more than 4 steps each (long K): then the fewest CTAs, a power of two, whose slices have at
-// most kStreamLongSteps steps. MXFP8 rows long enough for that to be kMaxSplits take it at every M
-// (at K = 17408, M = 4, the least-work split measured slower than the staged kernel, S = 8 faster).
-// A grid limited to some SMs (sm_count) runs the staged kernel, whose grid is persistent.
+// Where the register-streaming kernel runs, from the problem alone: where the variant names it, above
+// 16 rows (wide_stream_serves chose it), else (auto) as measured against the staged kernel on the
+// H200 (benchmarks/NOTES.md, "K split over a cluster" and "MXFP8 weights"): every dense problem of up
+// to 8 activation rows, and of 9 to 16 on expert-sized 4-bit weights (at most
+// kStreamSmallWeightTileSteps steps of 16-row tiles; on larger ones the staged kernel was as fast or
+// faster at (12288, 5120) and (8192, 8192)) and on MXFP8 rows of at most kStreamMxfp8RowSteps steps
+// (the staged kernel was faster at K = 17408). A grid limited to some SMs (sm_count) runs the staged
+// kernel, whose grid is persistent.
+bool register_stream_chosen(const GemmProblem& p) {
+  if (p.variant == kVariantStaged || !register_stream_supported(p)) return false;
+  if (p.variant == kVariantRegisterStream || p.m > kMaxTokens) return true;
+  if (p.sm_count > 0) return false;
+  if (p.m <= kTileTokens) return true;
+  const int64_t steps = stream_steps(p);
+  if (p.b.format == OperandFormat::Mxfp8) return steps <= kStreamMxfp8RowSteps;
+  return ceil_div(p.n, kStreamTileRows) * steps <= kStreamSmallWeightTileSteps;
+}
+
+// The register-streaming kernel's split where it runs (register_stream_chosen): the knobs where the
+// variant names it; from kStreamClusterRows rows on, the split of the least serial work
+// (make_stream_plan); with fewer, staging the activations is cheap and one CTA per K range measured
+// fastest, unless that leaves its warps more than 4 steps each (long K): then the fewest CTAs, a
+// power of two, whose slices have at most kStreamLongSteps steps. MXFP8 rows long enough for that to
+// be kMaxSplits take it at every M (at K = 17408, M = 4, the least-work split measured slower than
+// the staged kernel, S = 8 faster). No kernel: the activations do not fit, the staged kernel runs;
+// an NVFP4 output, which it alone encodes, then takes any split that fits (stream_fits: the largest
+// does).
 StreamPlan choose_stream_plan(const GemmProblem& p) {
-  if (p.variant == kVariantStaged || !register_stream_supported(p)) return StreamPlan{};
+  if (!register_stream_chosen(p)) return StreamPlan{};
   if (p.variant == kVariantRegisterStream) return make_stream_plan(p, true);
-  if (p.m > kMaxTokens) return make_stream_plan(p, false);  // wide_stream_serves chose this kernel
-  if (p.sm_count > 0) return StreamPlan{};
+  if (p.m > kMaxTokens) return make_stream_plan(p, false);
   const bool mxfp8 = p.b.format == OperandFormat::Mxfp8;
   const int64_t steps = stream_steps(p);
-  const int64_t sms = device_attribute(current_device(), cudaDevAttrMultiProcessorCount);
-  const int64_t tile_steps = ceil_div(p.n, kStreamTileRows) * steps;
-  if (p.m > kTileTokens && (mxfp8 ? steps > kStreamMxfp8RowSteps : tile_steps > kStreamSmallWeightSteps * sms)) {
-    return StreamPlan{};
-  }
   int splits = 1;
   while (splits < kMaxSplits && steps > int64_t(splits) * kStreamLongSteps) splits *= 2;
-  if (p.m >= kStreamClusterRows && !(mxfp8 && splits == kMaxSplits)) return make_stream_plan(p, false);
-  return make_stream_plan(p, splits, false);
+  const bool least_work = p.m >= kStreamClusterRows && !(mxfp8 && splits == kMaxSplits);
+  const StreamPlan plan = least_work ? make_stream_plan(p, false) : make_stream_plan(p, splits, false);
+  if (plan.kernel == nullptr && nvfp4_output(p.epilogue)) return make_stream_plan(p, false);
+  return plan;
 }
 
 // Dense problems of 17 to 64 rows (sm_90 only, where the engine is the alternative and both were
@@ -526,7 +554,23 @@ StreamPlan choose_stream_plan(const GemmProblem& p) {
 // partial sums fit the sm_90 shared memory at the largest split, so that the planner always finds a
 // plan (it shrinks the tiles per CTA to fit). A grid limited to some SMs (sm_count) stays with the
 // engine, whose grid is persistent.
-constexpr int kSm90SharedBytes = 232448;  // the dynamic shared memory a block may opt into on sm_90
+// The dynamic shared memory a block may opt into (sm_90, sm_100: 227 KB; sm_120: 99 KB, which this
+// host-side check assumes for every other arch, sm_110 included: a problem it rejects runs staged).
+int opt_in_shared_bytes(int cc) {
+  return cc == static_cast<int>(GemmArch::Sm90) || cc == static_cast<int>(GemmArch::Sm100) ? 232448 : 101376;
+}
+
+// Whether the planner is sure to find a plan, from the problem alone (supports() runs without a
+// device): the activations and one block's tiles of partial sums fit at the largest split (or the
+// knobs of a forced run); the planner shrinks the tiles per CTA to fit.
+bool stream_fits(const GemmProblem& p) {
+  const bool forced = p.variant == kVariantRegisterStream;  // its knobs as make_stream_plan takes them
+  const int splits = forced && p.splits > 0 ? p.splits : std::min(kMaxSplits, stream_steps(p));
+  StreamPlan plan = stream_plan_split(p, splits, forced);
+  plan.tiles_per_cta = round_up_to(forced && p.stages > 0 ? p.stages : 1, stream_tile_step(p));
+  size_stream_shared_memory(p, plan);
+  return plan.smem <= size_t(opt_in_shared_bytes(p.cc));
+}
 
 // Measured on the H200 (benchmarks/NOTES.md, "17 to 64 rows"; results/h200-skinny-kernels-wide.json):
 // the register-streaming kernel beat the engine wherever its 16-row tiles times token tiles were at
@@ -547,12 +591,18 @@ bool wide_stream_serves(const GemmProblem& p) {
   if (p.m <= kMaxTokens || p.cc != static_cast<int>(GemmArch::Sm90) || p.sm_count > 0) return false;
   if (p.variant == kVariantStaged) return false;  // the staged kernel stops at 16 rows
   if (!register_stream_supported(p) || !(p.variant == kVariantRegisterStream || wide_stream_pays(p))) return false;
-  const bool forced = p.variant == kVariantRegisterStream;  // its knobs as make_stream_plan takes them
-  const int splits = forced && p.splits > 0 ? p.splits : std::min(kMaxSplits, stream_steps(p));
-  StreamPlan plan = stream_plan_split(p, splits, forced);
-  plan.tiles_per_cta = forced && p.stages > 0 ? p.stages : 1;
-  size_stream_shared_memory(p, plan);
-  return plan.smem <= size_t(kSm90SharedBytes);
+  return stream_fits(p);
+}
+
+// NVFP4 outputs (and GeGLU) the register-streaming kernel encodes in its epilogue: where it would
+// serve the same problem's float output (register_stream_chosen; 17 to 64 rows where
+// wide_stream_serves), without a residual, in whole 16-column blocks, with scales to write, where a
+// plan surely fits. The staged backend serves the others (measured on the H200: at 16 rows on a
+// 34816 x 5120 GeGLU weight this kernel took 98.7 us, the staged kernel and the encode 75.9).
+bool stream_writes_nvfp4(const GemmProblem& p) {
+  const GemmEpilogue& e = p.epilogue;
+  if (e.residual != nullptr || e.out_scales == nullptr || p.n_out() % kNvfp4OutGroup != 0) return false;
+  return register_stream_chosen(p) && stream_fits(p);
 }
 
 // A launch in clusters of `splits` CTAs (none for 1), with programmatic dependent launch where asked.
@@ -613,8 +663,9 @@ void run(const GemmProblem& p, cudaStream_t stream) {
     run_register_stream(p, stream_plan, stream);
     return;
   }
-  if (p.m > kMaxTokens && p.grouping == Grouping::Dense) {
-    throw std::runtime_error("fp4_gemm skinny: no register-streaming plan fits this problem of more than 16 rows");
+  if ((p.m > kMaxTokens && p.grouping == Grouping::Dense) || nvfp4_output(p.epilogue)) {
+    throw std::runtime_error("fp4_gemm skinny: no register-streaming plan fits this problem (more than 16 rows or "
+                             "an NVFP4 output)");
   }
   const Plan plan = make_plan(p);
   SkinnyArgs args{};

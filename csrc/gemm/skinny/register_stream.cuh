@@ -27,6 +27,11 @@
 // distributed shared memory, applies the epilogue and stores; a second cluster barrier keeps every
 // CTA's shared memory alive until all have read it. No global scratch, no atomics: results are
 // bitwise equal run to run and under CUDA-graph replay.
+//
+// NVFP4 outputs are encoded here, one launch: a 16-row tile is one NVFP4 block of each token's
+// output row (two tiles under GeGLU, whose output has half the columns), finished and encoded as
+// the staged backend's encode kernel does it (nvfp4_output.cuh), and the CTA of rank 0 writes the
+// scale grid's padding of its blocks.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -36,6 +41,7 @@
 #include "csrc/common/launch.cuh"
 #include "csrc/common/sf_layout.cuh"
 #include "csrc/gemm/epilogue.cuh"
+#include "csrc/gemm/nvfp4_output.cuh"
 #include "csrc/gemm/problem.h"
 #include "csrc/gemm/skinny/operands.cuh"
 #include "csrc/gemm/skinny/primitives.cuh"
@@ -304,6 +310,113 @@ struct RegisterStreamKernel {
     }
   }
 
+  // ---- NVFP4 outputs -----------------------------------------------------------------------------
+
+  // An NVFP4 output block (16 output columns of a token) is one tile's outputs, or under GeGLU two
+  // tiles' (the planner gives a CTA whole pairs).
+  __device__ __forceinline__ static int tiles_per_block(const GemmEpilogue& e) {
+    return e.activation == Activation::Geglu ? 2 : 1;
+  }
+  __device__ __forceinline__ static int64_t output_blocks(const StreamArgs& args) {
+    return args.n / tiles_per_block(args.epilogue) / kNvfp4OutGroup;
+  }
+
+  // Blocks [item_begin, item_end) of the CTA's, as (block, token), encoded (nvfp4_output.cuh). A
+  // block's 16 columns are finished by 8 lanes, two each (rows 2r, 2r + 1 of its tile), or under
+  // GeGLU by 16, one each (gelu(row 2r) * row 2r + 1 of the pair of tiles); the block's first lane
+  // gathers them by shuffles, encodes and stores it. The loop is warp-uniform (full-mask shuffles).
+  template <class SumPair>
+  __device__ static void store_nvfp4(const StreamArgs& args, int64_t first_tile, int item_begin, int item_end,
+                                     const SumPair& sum_pair) {
+    const GemmEpilogue& e = args.epilogue;
+    const float alpha = epilogue_alpha(e, 0) * args.unbias;
+    const bool geglu = e.activation == Activation::Geglu;
+    const int block_lanes = geglu ? 16 : 8;
+    const int blocks_per_warp = 32 / block_lanes;
+    const int lane = int(threadIdx.x) % 32;
+    const int r = lane % block_lanes;
+    const int first_lane = lane - r;
+    const int64_t nkb = output_blocks(args);
+    const int64_t first_block = first_tile / tiles_per_block(e);
+    uint8_t* values = static_cast<uint8_t*>(e.out);
+    const bool vector = reinterpret_cast<uintptr_t>(values) % kNvfp4OutBlockBytes == 0;
+    const int warps = int(blockDim.x) / 32;
+    for (int base = item_begin + int(threadIdx.x) / 32 * blocks_per_warp; base < item_end;
+         base += warps * blocks_per_warp) {
+      const int item = base + lane / block_lanes;
+      const int block = item / args.m;
+      const int token = item % args.m;
+      float v0 = 0.0f, v1 = 0.0f;
+      if (item < item_end) {
+        const int tile = geglu ? 2 * block + r / 8 : block;
+        const int row = 2 * (r % 8);
+        const int64_t n = (first_tile + tile) * kStreamTileRows + row;
+        const float2 sum = sum_pair(tile, token, row);
+        float y0 = sum.x * alpha, y1 = sum.y * alpha;
+        if (e.bias != nullptr) {
+          y0 += load_as_float(e.bias, e.bias_type, n);
+          y1 += load_as_float(e.bias, e.bias_type, n + 1);
+        }
+        if (geglu) {
+          v0 = nvfp4_output_value(e, y0, y1);
+        } else {
+          v0 = nvfp4_output_value(e, y0, 0.0f);
+          v1 = nvfp4_output_value(e, y1, 0.0f);
+        }
+      }
+      float x[kNvfp4OutGroup];
+      if (geglu) {
+#pragma unroll
+        for (int i = 0; i < kNvfp4OutGroup; ++i) x[i] = __shfl_sync(0xFFFFFFFFu, v0, first_lane + i);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kNvfp4OutGroup; ++i) x[i] = __shfl_sync(0xFFFFFFFFu, i % 2 ? v1 : v0, first_lane + i / 2);
+      }
+      if (item < item_end && r == 0) {
+        const int64_t kb = first_block + block;
+        const uint8_t scale = encode_nvfp4_block(x, values + (token * nkb + kb) * kNvfp4OutBlockBytes, vector);
+        e.out_scales[sf_offset(token, kb, sf_k_tiles(nkb))] = scale;
+      }
+    }
+  }
+
+  // The padding of the output's swizzled scale grid, zeros: the rows past M of the CTA's blocks, and
+  // in the CTA of the last block every row of the columns past the last block.
+  __device__ static void store_nvfp4_padding(const StreamArgs& args, int64_t first_tile, int tiles) {
+    const int64_t nkb = output_blocks(args);
+    const int64_t k_tiles = sf_k_tiles(nkb);
+    const int64_t first_block = first_tile / tiles_per_block(args.epilogue);
+    const int64_t blocks = tiles / tiles_per_block(args.epilogue);
+    const int64_t grid_rows = ceil_div(args.m, kSfTileRows) * kSfTileRows;
+    const int64_t pad_rows = grid_rows - args.m;
+    const int64_t pad_cols = first_block + blocks == nkb ? k_tiles * kSfTileCols - nkb : 0;
+    const int64_t items = blocks * pad_rows + pad_cols * grid_rows;
+    for (int64_t item = threadIdx.x; item < items; item += blockDim.x) {
+      const bool row_pad = item < blocks * pad_rows;
+      const int64_t j = row_pad ? item : item - blocks * pad_rows;
+      const int64_t kb = row_pad ? first_block + j / pad_rows : nkb + j / grid_rows;
+      const int64_t row = row_pad ? args.m + j % pad_rows : j % grid_rows;
+      args.epilogue.out_scales[sf_offset(row, kb, k_tiles)] = 0;
+    }
+  }
+
+  // Share `share` of `shares` of the outputs of the CTA's `tiles` tiles (sums from sum_pair), in the
+  // output's encoding.
+  template <class SumPair>
+  __device__ static void store_share(const StreamArgs& args, int64_t first_tile, int tiles, int share, int shares,
+                                     const SumPair& sum_pair) {
+    const bool nvfp4 = nvfp4_output(args.epilogue);
+    const int items = nvfp4 ? tiles / tiles_per_block(args.epilogue) * args.m : tiles * args.m * (kStreamTileRows / 2);
+    const int begin = int(int64_t(share) * items / shares);
+    const int end = int(int64_t(share + 1) * items / shares);
+    if (nvfp4) {
+      store_nvfp4(args, first_tile, begin, end, sum_pair);
+      if (share == 0) store_nvfp4_padding(args, first_tile, tiles);
+    } else {
+      store_outputs(args, first_tile, begin, end, sum_pair);
+    }
+  }
+
   // S > 1: this CTA's sums of its tiles' outputs [tile][token][row] into `sums`, the cluster
   // barrier, then this rank's share of the outputs summed over the ranks in rank order.
   __device__ static void store_cluster(const StreamArgs& args, const float* partial, float* sums, int64_t first_tile,
@@ -316,10 +429,7 @@ struct RegisterStreamKernel {
       sums[item] = slice_sum(args, partial, tile, token, row);
     }
     cluster_sync();  // every rank's sums are complete and visible
-    const int items = outputs / 2;
-    const int begin = int(int64_t(rank) * items / args.splits);
-    const int end = int(int64_t(rank + 1) * items / args.splits);
-    store_outputs(args, first_tile, begin, end, [&](int tile, int token, int r) {
+    store_share(args, first_tile, tiles, rank, args.splits, [&](int tile, int token, int r) {
       const float* own = sums + (tile * args.m + token) * kStreamTileRows + r;
       float2 sum = load_cluster_float2(cluster_address(own, 0));
       for (int q = 1; q < args.splits; ++q) {
@@ -390,7 +500,7 @@ struct RegisterStreamKernel {
       store_cluster(args, partial, reinterpret_cast<float*>(smem), first_tile, tiles, rank);
       return;
     }
-    store_outputs(args, first_tile, 0, tiles * args.m * (kStreamTileRows / 2), [&](int tile, int token, int r) {
+    store_share(args, first_tile, tiles, 0, 1, [&](int tile, int token, int r) {
       return make_float2(slice_sum(args, partial, tile, token, r), slice_sum(args, partial, tile, token, r + 1));
     });
   }
