@@ -463,19 +463,26 @@ StreamPlan make_stream_plan(const GemmProblem& p, int splits, bool forced) {
     plan.tiles_per_cta = round_up_to(int(std::min<int64_t>(p.stages, row_tiles)), tile_step);
     plan.tile_warps = std::min(max_groups, plan.tiles_per_cta);
   } else {
+    // Above 16 rows each tile's partial sums are 4 or 8 times larger: fewer tiles per CTA where they
+    // would not fit (fewer groups, more and shorter clusters); so too for NVFP4 outputs, which have no
+    // other kernel. stream_fits guarantees that one block's tiles fit at the largest split.
+    const bool must_fit = p.m > kMaxTokens || nvfp4_output(p.epilogue);
     plan.tile_warps = int(std::min<int64_t>(max_groups, row_tiles));
     plan.tiles_per_cta = round_up_to(plan.tile_warps, tile_step);
     size_stream_shared_memory(p, plan);
+    while (must_fit && plan.smem > size_t(max_smem) && plan.tile_warps > 1) {
+      --plan.tile_warps;
+      plan.tiles_per_cta = round_up_to(plan.tile_warps, tile_step);
+      size_stream_shared_memory(p, plan);
+    }
     if (plan.smem > size_t(max_smem)) return StreamPlan{};
     const int threads = plan.slice_warps * plan.tile_warps * 32;
     const int64_t clusters = std::max<int64_t>(1, resident_ctas(device, kernel, threads, plan.smem, splits) / splits);
     plan.tiles_per_cta = round_up_to(int(std::clamp<int64_t>(ceil_div(row_tiles, clusters), 1, kStreamMaxTiles)),
                                      tile_step);
     plan.tile_warps = std::min(plan.tile_warps, plan.tiles_per_cta);
-    // Above 16 rows each tile's partial sums are 4 or 8 times larger: fewer tiles per CTA where they
-    // would not fit (more, shorter clusters); so too for NVFP4 outputs, which have no other kernel.
     size_stream_shared_memory(p, plan);
-    while ((p.m > kMaxTokens || nvfp4_output(p.epilogue)) && plan.smem > size_t(max_smem) && plan.tiles_per_cta > tile_step) {
+    while (must_fit && plan.smem > size_t(max_smem) && plan.tiles_per_cta > tile_step) {
       plan.tiles_per_cta -= tile_step;
       plan.tile_warps = std::min(plan.tile_warps, plan.tiles_per_cta);
       size_stream_shared_memory(p, plan);
@@ -548,12 +555,6 @@ StreamPlan choose_stream_plan(const GemmProblem& p) {
   return plan;
 }
 
-// Dense problems of 17 to 64 rows (sm_90 only, where the engine is the alternative and both were
-// measured): the register-streaming kernel alone serves them, where the variant names it or where it
-// measured faster than the engine (wide_stream_pays), and where its activations and one tile's
-// partial sums fit the sm_90 shared memory at the largest split, so that the planner always finds a
-// plan (it shrinks the tiles per CTA to fit). A grid limited to some SMs (sm_count) stays with the
-// engine, whose grid is persistent.
 // The dynamic shared memory a block may opt into (sm_90, sm_100: 227 KB; sm_120: 99 KB, which this
 // host-side check assumes for every other arch, sm_110 included: a problem it rejects runs staged).
 int opt_in_shared_bytes(int cc) {
@@ -587,6 +588,11 @@ bool wide_stream_pays(const GemmProblem& p) {
   return tile_tokens <= (p.b.format == OperandFormat::Mxfp8 ? kWideStreamMaxTileTokensMxfp8 : kWideStreamMaxTileTokens);
 }
 
+// Dense problems of 17 to 64 rows (sm_90 only, where the engine is the alternative and both were
+// measured): the register-streaming kernel alone serves them, where the variant names it or where it
+// measured faster than the engine (wide_stream_pays), and where its activations and one tile's
+// partial sums fit the sm_90 shared memory at the largest split (stream_fits). A grid limited to
+// some SMs (sm_count) stays with the engine, whose grid is persistent.
 bool wide_stream_serves(const GemmProblem& p) {
   if (p.m <= kMaxTokens || p.cc != static_cast<int>(GemmArch::Sm90) || p.sm_count > 0) return false;
   if (p.variant == kVariantStaged) return false;  // the staged kernel stops at 16 rows
