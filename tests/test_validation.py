@@ -612,6 +612,16 @@ GEMMS = [
     case("nvfp4_gemm_bias_bf16", "bias-rank", arg(4, batched), "bias must have shape (64,), got (1, 64)"),
     case("nvfp4_gemm_bias_bf16", "bias-not-a-tensor", arg(4, 0.0), "bias must be a torch.Tensor, got float"),
     case("nvfp4_gemm_bias_bf16", "bias-on-cuda", arg(4, on_cuda), SAME_DEVICE),
+    # a function named for its bias or residual requires it (a rule of its kind: checked once per key)
+    *[
+        case(name, "bias-none", arg(4, None), "bias is required by this function (got None)")
+        for name in (
+            "nvfp4_gemm_bias_bf16", "nvfp4_gemm_streamk_bias_bf16", "nvfp4_gemm_bias_gelu_bf16",
+            "nvfp4_gemm_bias_gelu_nvfp4", "nvfp4_gemm_bias_gelu_nvfp4_fp16", "nvfp4_gemm_bias_residual_bf16",
+        )  # fmt: skip
+    ],
+    case("nvfp4_gemm_residual_bf16", "residual-none", arg(4, None), "residual is required by this function"),
+    case("nvfp4_gemm_bias_residual_fp16", "residual-none", arg(5, None), "residual is required by this function"),
     case("nvfp4_gemm_streamk_bias_bf16", "bias-shape", arg(4, rows(40)), "bias must have shape (64,), got (40,)"),
     case("nvfp4_gemm_bias_gelu_bf16", "bias-dtype", arg(4, retyped(FP8)), "bias must have dtype"),
     case("nvfp4_gemm_bias_gelu_nvfp4", "bias-shape", arg(4, rows(16)), "bias must have shape (64,), got (16,)"),

@@ -137,9 +137,10 @@ def dequantize_fp4_sfa_fp16(packed: Tensor, sfa: Tensor, out: OptTensor = None, 
 
 class _Kind(NamedTuple):
     """What the name of a flashrt-style GEMM fixes: its GemmCall fields other than the tensors, alpha
-    and the knobs. Called through _validate.checked on a call's metadata (the kind is then one part of
-    the key, not six): the rules' M and N_out, and the op's packed fields of the call's GemmCall
-    (GemmCall.codes), which the call remembers."""
+    and the knobs, and the optional tensors it requires. Called through _validate.checked on a call's
+    metadata (the kind is then one part of the key, not six; whether bias and residual are given is
+    another, so their requirement is checked once per key): the rules' M and N_out, and the op's
+    packed fields of the call's GemmCall (GemmCall.codes), which the call remembers."""
 
     activation: str = "none"
     out_format: str = "bf16"
@@ -147,6 +148,7 @@ class _Kind(NamedTuple):
     b_format: str = "nvfp4"
     b_interleaved: bool = False
     schedule: str = "auto"
+    requires: tuple[str, ...] = ()  # the optional tensors ("bias", "residual") the function requires
 
     def __call__(
         self,
@@ -164,6 +166,8 @@ class _Kind(NamedTuple):
         stages: int,
         variant: int,
     ) -> tuple[int, int, tuple[int, int]]:
+        given = {"bias": bias, "residual": residual}
+        _validate.required(**{name: given[name] for name in self.requires})
         m, n_out, _ = _validate.nvfp4_gemm_rules(
             a, b, sfa, sfb, bias, residual, self.activation, self.out_format, out, out_scales, tier_rules, warps, stages
         )  # fmt: skip
@@ -211,11 +215,16 @@ def _nvfp4_gemm(
 _BF16 = _Kind()
 _FP16 = _Kind(out_format="fp16")
 _STREAMK = _Kind(schedule="streamk")
-_GELU = _Kind(activation="gelu")
+_STREAMK_BIAS = _Kind(schedule="streamk", requires=("bias",))
+_BIAS = _Kind(requires=("bias",))
+_RESIDUAL = _Kind(requires=("residual",))
+_BIAS_RESIDUAL = _Kind(requires=("bias", "residual"))
+_BIAS_RESIDUAL_FP16 = _Kind(out_format="fp16", requires=("bias", "residual"))
+_BIAS_GELU = _Kind(activation="gelu", requires=("bias",))
 _NVFP4 = _Kind(out_format="nvfp4")
 _RELU2_NVFP4 = _Kind(activation="relu2", out_format="nvfp4")
-_GELU_NVFP4 = _Kind(activation="gelu", out_format="nvfp4")
-_GELU_NVFP4_FROM_FP16 = _Kind(activation="gelu", out_format="nvfp4_from_fp16")
+_BIAS_GELU_NVFP4 = _Kind(activation="gelu", out_format="nvfp4", requires=("bias",))
+_BIAS_GELU_NVFP4_FROM_FP16 = _Kind(activation="gelu", out_format="nvfp4_from_fp16", requires=("bias",))
 _GEGLU_NVFP4_FROM_FP16 = _Kind(activation="geglu", out_format="nvfp4_from_fp16")
 _E0M3 = {a_format: _Kind(out_format="fp16", a_format=a_format, b_format="e0m3") for a_format in ("nvfp4", "e0m3")}
 _INTERLEAVED = _Kind(b_interleaved=True)
@@ -295,8 +304,7 @@ def nvfp4_gemm_streamk_bias_bf16(
     out: OptTensor = None,
 ) -> Tensor:
     """out = alpha * A @ B^T + bias on a stream-K schedule; bias [N] bf16/fp16/fp32."""
-    _validate.required(bias=bias)
-    return _nvfp4_gemm(_STREAMK, a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out)
+    return _nvfp4_gemm(_STREAMK_BIAS, a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out)
 
 
 def nvfp4_gemm_bias_bf16(
@@ -310,8 +318,7 @@ def nvfp4_gemm_bias_bf16(
     out: OptTensor = None,
 ) -> Tensor:
     """out = alpha * A @ B^T + bias, bfloat16 [M, N]; bias [N] bf16/fp16/fp32."""
-    _validate.required(bias=bias)
-    return _nvfp4_gemm(_BF16, a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out)
+    return _nvfp4_gemm(_BIAS, a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out)
 
 
 def nvfp4_gemm_residual_bf16(
@@ -324,8 +331,7 @@ def nvfp4_gemm_residual_bf16(
     out: OptTensor = None,
 ) -> Tensor:
     """out = alpha * A @ B^T + residual; residual bfloat16 [M, N]."""
-    _validate.required(residual=residual)
-    return _nvfp4_gemm(_BF16, a_packed, b_packed, sfa, sfb, alpha=alpha, residual=residual, out=out)
+    return _nvfp4_gemm(_RESIDUAL, a_packed, b_packed, sfa, sfb, alpha=alpha, residual=residual, out=out)
 
 
 def nvfp4_gemm_bias_residual_bf16(
@@ -340,8 +346,9 @@ def nvfp4_gemm_bias_residual_bf16(
     out: OptTensor = None,
 ) -> Tensor:
     """out = alpha * A @ B^T + bias + residual, bfloat16 [M, N]."""
-    _validate.required(bias=bias, residual=residual)
-    return _nvfp4_gemm(_BF16, a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, residual=residual, out=out)
+    return _nvfp4_gemm(
+        _BIAS_RESIDUAL, a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, residual=residual, out=out
+    )
 
 
 def nvfp4_gemm_bias_residual_fp16(
@@ -356,8 +363,9 @@ def nvfp4_gemm_bias_residual_fp16(
     out: OptTensor = None,
 ) -> Tensor:
     """out = alpha * A @ B^T + bias + residual, float16 [M, N]; residual float16 [M, N]."""
-    _validate.required(bias=bias, residual=residual)
-    return _nvfp4_gemm(_FP16, a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, residual=residual, out=out)
+    return _nvfp4_gemm(
+        _BIAS_RESIDUAL_FP16, a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, residual=residual, out=out
+    )
 
 
 def nvfp4_gemm_bias_gelu_bf16(
@@ -370,8 +378,7 @@ def nvfp4_gemm_bias_gelu_bf16(
     out: OptTensor = None,
 ) -> Tensor:
     """out = gelu(alpha * A @ B^T + bias) (exact erf GELU), bfloat16 [M, N]."""
-    _validate.required(bias=bias)
-    return _nvfp4_gemm(_GELU, a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out)
+    return _nvfp4_gemm(_BIAS_GELU, a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out)
 
 
 def nvfp4_gemm_nvfp4(
@@ -413,9 +420,8 @@ def nvfp4_gemm_bias_gelu_nvfp4(
     out_sfa: OptTensor = None,
 ) -> tuple[Tensor, Tensor]:
     """NVFP4 of gelu(alpha * A @ B^T + bias) (float32 result quantized)."""
-    _validate.required(bias=bias)
     return _nvfp4_gemm(
-        _GELU_NVFP4, a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out_packed, out_scales=out_sfa
+        _BIAS_GELU_NVFP4, a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out_packed, out_scales=out_sfa
     )
 
 
@@ -431,10 +437,8 @@ def nvfp4_gemm_bias_gelu_nvfp4_fp16(
     out_sfa: OptTensor = None,
 ) -> tuple[Tensor, Tensor]:
     """NVFP4 of gelu(alpha * A @ B^T + bias) rounded to fp16 first; bias [N] (fp16 in the seed API)."""
-    _validate.required(bias=bias)
-    return _nvfp4_gemm(
-        _GELU_NVFP4_FROM_FP16, a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out_packed, out_scales=out_sfa
-    )
+    kind = _BIAS_GELU_NVFP4_FROM_FP16
+    return _nvfp4_gemm(kind, a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, out=out_packed, out_scales=out_sfa)
 
 
 def nvfp4_gemm_geglu_nvfp4_fp16(
