@@ -49,26 +49,32 @@ __device__ __forceinline__ float activate(Activation act, float y) {
   }
 }
 
-// What an NVFP4 output encodes at one column, from y = alpha * acc + bias (epilogue_value's sum
-// before the activation; no residual): act(y0), or under GeGLU gelu(y0) * y1 with y0, y1 the
-// product's columns 2j and 2j + 1, rounded to fp16 first where the output says so (`_fp16` outputs,
-// as the reference's .half()).
-__device__ __forceinline__ float nvfp4_output_value(const GemmEpilogue& e, float y0, float y1) {
-  const float x = e.activation == Activation::Geglu ? activate(Activation::Gelu, y0) * y1 : activate(e.activation, y0);
-  return e.out_format == OutFormat::Nvfp4FromFp16 ? __half2float(__float2half_rn(x)) : x;
+// The epilogue's sum of one element (row m, column n of an N-wide output) before the activation:
+// alpha * acc + bias[n] (bias row `group` if per group) + residual[m, n].
+__device__ __forceinline__ float epilogue_sum(const GemmEpilogue& e, float acc, float alpha, int64_t m, int64_t n,
+                                              int64_t width, int64_t group) {
+  float y = acc * alpha;
+  if (e.bias != nullptr) y += load_as_float(e.bias, e.bias_type, (e.bias_per_group ? group * width : 0) + n);
+  if (e.residual != nullptr) y += load_as_float(e.residual, out_float_type(e), m * width + n);
+  return y;
+}
+
+// Epilogue of one element of a float output: the activation of epilogue_sum.
+__device__ __forceinline__ float epilogue_value(const GemmEpilogue& e, float acc, float alpha, int64_t m, int64_t n,
+                                                int64_t width, int64_t group) {
+  return activate(e.activation, epilogue_sum(e, acc, alpha, m, n, width, group));
 }
 
 __host__ __device__ __forceinline__ bool nvfp4_output(const GemmEpilogue& e) {
   return e.out_format == OutFormat::Nvfp4 || e.out_format == OutFormat::Nvfp4FromFp16;
 }
 
-// Epilogue of one element (row m, column n of an N-wide output); bias row `group` if per group.
-__device__ __forceinline__ float epilogue_value(const GemmEpilogue& e, float acc, float alpha, int64_t m, int64_t n,
-                                                int64_t width, int64_t group) {
-  float y = acc * alpha;
-  if (e.bias != nullptr) y += load_as_float(e.bias, e.bias_type, (e.bias_per_group ? group * width : 0) + n);
-  if (e.residual != nullptr) y += load_as_float(e.residual, out_float_type(e), m * width + n);
-  return activate(e.activation, y);
+// What an NVFP4 output encodes at one column, from epilogue_sum's y (NVFP4 outputs have no
+// residual): act(y0), or under GeGLU gelu(y0) * y1 with y0, y1 the product's columns 2j and 2j + 1,
+// rounded to fp16 first where the output says so (`_fp16` outputs, as the reference's .half()).
+__device__ __forceinline__ float nvfp4_output_value(const GemmEpilogue& e, float y0, float y1) {
+  const float x = e.activation == Activation::Geglu ? activate(Activation::Gelu, y0) * y1 : activate(e.activation, y0);
+  return e.out_format == OutFormat::Nvfp4FromFp16 ? __half2float(__float2half_rn(x)) : x;
 }
 
 // Stores two adjacent outputs (n, n + 1, n even), as one store when both exist and the address

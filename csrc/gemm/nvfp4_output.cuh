@@ -1,8 +1,9 @@
 // The encoding of an NVFP4 GEMM output (docs/FORMATS.md, "GEMM result"), shared by the kernels
 // that write one: the staged backend's encode kernel (staged.cu) and the register-streaming skinny
 // kernel's epilogue. A block is 16 consecutive output columns of one row, finished by
-// epilogue.cuh's nvfp4_output_value and encoded by formats.cuh's quantize_block, bit-exact with
-// reference.quantize_blocks; the swizzled scale grid is written whole, its padding as zeros.
+// epilogue.cuh's epilogue_sum and nvfp4_output_value and encoded by formats.cuh's quantize_block,
+// bit-exact with reference.quantize_blocks; the swizzled scale grid is written whole, its padding
+// as zeros.
 #pragma once
 
 #include <cstdint>

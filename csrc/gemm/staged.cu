@@ -5,8 +5,8 @@
 // bias or activation, write alpha * A @ B^T into a stage in the scratch. One more kernel finishes
 // and encodes the stage: per 16-column block of the result it applies the rest of the shared
 // epilogue's operations (epilogue.cuh: + bias, then the activation, or GeGLU's gelu(y[:, 2j]) *
-// y[:, 2j + 1]; epilogue.cuh's nvfp4_output_value), rounds to fp16 where the contract says so
-// (`_fp16` outputs), and encodes the block (nvfp4_output.cuh, bit-exact with
+// y[:, 2j + 1]; epilogue.cuh's epilogue_sum and nvfp4_output_value), rounds to fp16 where the
+// contract says so (`_fp16` outputs), and encodes the block (nvfp4_output.cuh, bit-exact with
 // reference.quantize_blocks) into out and out_scales, every scale byte of the padded grid included.
 // So the float32 values encoded are those a fused epilogue would have, and the encoding is the
 // reference's: two launches per call, the inner GEMM's and this one.
@@ -50,9 +50,8 @@ GemmProblem inner_problem(const GemmProblem& p) {
 
 bool staged_applies(const GemmProblem& p) {
   const GemmEpilogue& e = p.epilogue;
-  const bool nvfp4 = e.out_format == OutFormat::Nvfp4 || e.out_format == OutFormat::Nvfp4FromFp16;
   const bool every_row_owned = p.grouping == Grouping::Dense || p.grouping == Grouping::Batched;
-  return nvfp4 && e.out_scales != nullptr && e.residual == nullptr && every_row_owned && p.m >= 1 &&
+  return nvfp4_output(e) && e.out_scales != nullptr && e.residual == nullptr && every_row_owned && p.m >= 1 &&
          p.n_out() >= 1 && p.n_out() % 16 == 0 && (!geglu(p) || p.n % 2 == 0);
 }
 
@@ -79,16 +78,15 @@ struct EncodeParams {
 
 constexpr int kGroup = kNvfp4OutGroup;
 
-// The stage's row `row` at columns [col0, col0 + n) plus the bias: the first step of
-// epilogue_value after alpha.
+// The stage's row `row` at columns [col0, col0 + n) plus the bias: epilogue_sum of the stage (which
+// holds alpha * acc already; the staged problems have no residual).
 template <int n>
 __device__ __forceinline__ void load_biased(const EncodeParams& p, int64_t row, int64_t col0, float* y) {
   load_lanes<n>(p.stage + row * p.stage_cols + col0, y);
-  const GemmEpilogue& e = p.epilogue;
-  if (e.bias == nullptr) return;
-  const int64_t bias_row = e.bias_per_group ? row / p.group_rows * p.stage_cols : 0;
 #pragma unroll
-  for (int i = 0; i < n; ++i) y[i] += load_as_float(e.bias, e.bias_type, bias_row + col0 + i);
+  for (int i = 0; i < n; ++i) {
+    y[i] = epilogue_sum(p.epilogue, y[i], 1.0f, row, col0 + i, p.stage_cols, row / p.group_rows);
+  }
 }
 
 // The result's block `kb` of row `row` (epilogue.cuh's nvfp4_output_value of stage + bias).

@@ -102,7 +102,7 @@ bool supports(const GemmProblem& p) {
   // Float32: the staged backend's stage (NVFP4 outputs and GeGLU encoded from it). NVFP4 (and
   // GeGLU, which has only NVFP4 outputs): where the register-streaming kernel encodes them.
   const bool fp32 = e.out_format == OutFormat::Fp32;
-  const bool nvfp4 = e.out_format == OutFormat::Nvfp4 || e.out_format == OutFormat::Nvfp4FromFp16;
+  const bool nvfp4 = nvfp4_output(e);
   if (e.out_format != OutFormat::Bf16 && e.out_format != OutFormat::Fp16 && !fp32 && !nvfp4) return false;
   if (e.activation == Activation::Geglu && !nvfp4) return false;
   if (e.bias_per_group && p.grouping == Grouping::Dense) return false;
@@ -377,9 +377,6 @@ struct StreamPlan {
   int64_t cost;  // the serial work of one warp, in quarter steps (make_stream_plan)
 };
 
-// An NVFP4 output's block of 16 columns is one 16-row tile, or two under GeGLU: a CTA owns whole blocks.
-int stream_tile_step(const GemmProblem& p) { return p.epilogue.activation == Activation::Geglu ? 2 : 1; }
-
 int round_up_to(int value, int step) { return int(ceil_div(value, step) * step); }
 
 // The steps (128 bytes each) of a weight row.
@@ -458,7 +455,7 @@ StreamPlan make_stream_plan(const GemmProblem& p, int splits, bool forced) {
   const int device = current_device();
   const auto kernel = reinterpret_cast<const void*>(plan.kernel);
   const int max_smem = max_dynamic_shared_memory(device, kernel);
-  const int tile_step = stream_tile_step(p);
+  const int tile_step = stream_tiles_per_block(p.epilogue.activation);
   if (forced && p.stages > 0) {
     plan.tiles_per_cta = round_up_to(int(std::min<int64_t>(p.stages, row_tiles)), tile_step);
     plan.tile_warps = std::min(max_groups, plan.tiles_per_cta);
@@ -551,7 +548,7 @@ StreamPlan choose_stream_plan(const GemmProblem& p) {
   while (splits < kMaxSplits && steps > int64_t(splits) * kStreamLongSteps) splits *= 2;
   const bool least_work = p.m >= kStreamClusterRows && !(mxfp8 && splits == kMaxSplits);
   const StreamPlan plan = least_work ? make_stream_plan(p, false) : make_stream_plan(p, splits, false);
-  if (plan.kernel == nullptr && nvfp4_output(p.epilogue)) return make_stream_plan(p, false);
+  if (plan.kernel == nullptr && !least_work && nvfp4_output(p.epilogue)) return make_stream_plan(p, false);
   return plan;
 }
 
@@ -568,7 +565,8 @@ bool stream_fits(const GemmProblem& p) {
   const bool forced = p.variant == kVariantRegisterStream;  // its knobs as make_stream_plan takes them
   const int splits = forced && p.splits > 0 ? p.splits : std::min(kMaxSplits, stream_steps(p));
   StreamPlan plan = stream_plan_split(p, splits, forced);
-  plan.tiles_per_cta = round_up_to(forced && p.stages > 0 ? p.stages : 1, stream_tile_step(p));
+  const int tiles = forced && p.stages > 0 ? p.stages : 1;
+  plan.tiles_per_cta = round_up_to(tiles, stream_tiles_per_block(p.epilogue.activation));
   size_stream_shared_memory(p, plan);
   return plan.smem <= size_t(opt_in_shared_bytes(p.cc));
 }

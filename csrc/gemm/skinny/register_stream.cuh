@@ -64,6 +64,12 @@ __host__ __device__ constexpr int stream_token_tiles(int64_t m) { return m <= 8 
 template <int kTokenTiles>
 constexpr int kStreamMinBlocks = kTokenTiles <= 2 ? 3 : kTokenTiles == 4 ? 2 : 1;
 
+// Weight tiles of one NVFP4 output block (16 output columns): one, or two under GeGLU, whose output
+// has half the columns (the planner gives a CTA whole blocks).
+__host__ __device__ constexpr int stream_tiles_per_block(Activation activation) {
+  return activation == Activation::Geglu ? 2 : 1;
+}
+
 // Shared memory of one activation row's fragments of a step: the step's elements as bf16.
 __host__ __device__ constexpr int stream_step_fragment_bytes(int element_bits) {
   return kStreamStepBytes * 8 / element_bits * 2;
@@ -312,13 +318,8 @@ struct RegisterStreamKernel {
 
   // ---- NVFP4 outputs -----------------------------------------------------------------------------
 
-  // An NVFP4 output block (16 output columns of a token) is one tile's outputs, or under GeGLU two
-  // tiles' (the planner gives a CTA whole pairs).
-  __device__ __forceinline__ static int tiles_per_block(const GemmEpilogue& e) {
-    return e.activation == Activation::Geglu ? 2 : 1;
-  }
   __device__ __forceinline__ static int64_t output_blocks(const StreamArgs& args) {
-    return args.n / tiles_per_block(args.epilogue) / kNvfp4OutGroup;
+    return args.n / stream_tiles_per_block(args.epilogue.activation) / kNvfp4OutGroup;
   }
 
   // Blocks [item_begin, item_end) of the CTA's, as (block, token), encoded (nvfp4_output.cuh). A
@@ -337,7 +338,7 @@ struct RegisterStreamKernel {
     const int r = lane % block_lanes;
     const int first_lane = lane - r;
     const int64_t nkb = output_blocks(args);
-    const int64_t first_block = first_tile / tiles_per_block(e);
+    const int64_t first_block = first_tile / stream_tiles_per_block(e.activation);
     uint8_t* values = static_cast<uint8_t*>(e.out);
     const bool vector = reinterpret_cast<uintptr_t>(values) % kNvfp4OutBlockBytes == 0;
     const int warps = int(blockDim.x) / 32;
@@ -352,11 +353,8 @@ struct RegisterStreamKernel {
         const int row = 2 * (r % 8);
         const int64_t n = (first_tile + tile) * kStreamTileRows + row;
         const float2 sum = sum_pair(tile, token, row);
-        float y0 = sum.x * alpha, y1 = sum.y * alpha;
-        if (e.bias != nullptr) {
-          y0 += load_as_float(e.bias, e.bias_type, n);
-          y1 += load_as_float(e.bias, e.bias_type, n + 1);
-        }
+        const float y0 = epilogue_sum(e, sum.x, alpha, token, n, args.n, 0);
+        const float y1 = epilogue_sum(e, sum.y, alpha, token, n + 1, args.n, 0);
         if (geglu) {
           v0 = nvfp4_output_value(e, y0, y1);
         } else {
@@ -375,7 +373,7 @@ struct RegisterStreamKernel {
       if (item < item_end && r == 0) {
         const int64_t kb = first_block + block;
         const uint8_t scale = encode_nvfp4_block(x, values + (token * nkb + kb) * kNvfp4OutBlockBytes, vector);
-        e.out_scales[sf_offset(token, kb, sf_k_tiles(nkb))] = scale;
+        e.out_scales[scale_index(ScaleLayout::Swizzled, token, kb, nkb)] = scale;
       }
     }
   }
@@ -383,20 +381,20 @@ struct RegisterStreamKernel {
   // The padding of the output's swizzled scale grid, zeros: the rows past M of the CTA's blocks, and
   // in the CTA of the last block every row of the columns past the last block.
   __device__ static void store_nvfp4_padding(const StreamArgs& args, int64_t first_tile, int tiles) {
+    const int tiles_per_block = stream_tiles_per_block(args.epilogue.activation);
     const int64_t nkb = output_blocks(args);
-    const int64_t k_tiles = sf_k_tiles(nkb);
-    const int64_t first_block = first_tile / tiles_per_block(args.epilogue);
-    const int64_t blocks = tiles / tiles_per_block(args.epilogue);
-    const int64_t grid_rows = ceil_div(args.m, kSfTileRows) * kSfTileRows;
-    const int64_t pad_rows = grid_rows - args.m;
-    const int64_t pad_cols = first_block + blocks == nkb ? k_tiles * kSfTileCols - nkb : 0;
-    const int64_t items = blocks * pad_rows + pad_cols * grid_rows;
+    const ScaleGrid grid = scale_grid(ScaleLayout::Swizzled, args.m, nkb);
+    const int64_t first_block = first_tile / tiles_per_block;
+    const int64_t blocks = tiles / tiles_per_block;
+    const int64_t pad_rows = grid.rows - args.m;
+    const int64_t pad_cols = first_block + blocks == nkb ? grid.cols - nkb : 0;
+    const int64_t items = blocks * pad_rows + pad_cols * grid.rows;
     for (int64_t item = threadIdx.x; item < items; item += blockDim.x) {
       const bool row_pad = item < blocks * pad_rows;
       const int64_t j = row_pad ? item : item - blocks * pad_rows;
-      const int64_t kb = row_pad ? first_block + j / pad_rows : nkb + j / grid_rows;
-      const int64_t row = row_pad ? args.m + j % pad_rows : j % grid_rows;
-      args.epilogue.out_scales[sf_offset(row, kb, k_tiles)] = 0;
+      const int64_t kb = row_pad ? first_block + j / pad_rows : nkb + j / grid.rows;
+      const int64_t row = row_pad ? args.m + j % pad_rows : j % grid.rows;
+      args.epilogue.out_scales[scale_index(ScaleLayout::Swizzled, row, kb, nkb)] = 0;
     }
   }
 
@@ -406,7 +404,8 @@ struct RegisterStreamKernel {
   __device__ static void store_share(const StreamArgs& args, int64_t first_tile, int tiles, int share, int shares,
                                      const SumPair& sum_pair) {
     const bool nvfp4 = nvfp4_output(args.epilogue);
-    const int items = nvfp4 ? tiles / tiles_per_block(args.epilogue) * args.m : tiles * args.m * (kStreamTileRows / 2);
+    const int items = nvfp4 ? tiles / stream_tiles_per_block(args.epilogue.activation) * args.m
+                            : tiles * args.m * (kStreamTileRows / 2);
     const int begin = int(int64_t(share) * items / shares);
     const int end = int(int64_t(share + 1) * items / shares);
     if (nvfp4) {
