@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Callable
+import statistics
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -52,6 +53,38 @@ def on_reference(fp4, function: Callable) -> Callable:
 def median_us(fn: Callable[[], object], warmup: int = 25, rep: int = 200) -> float:
     """Median of CUDA-event timings, microseconds."""
     return 1000.0 * triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+
+
+def events_us(run: Callable[[], object], calls: int, repeats: int) -> float:
+    """Median over `repeats` of run()'s CUDA-event time, per call of the `calls` it makes, after one
+    warm-up run."""
+    run()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000 / calls)
+    return statistics.median(times)
+
+
+def graph_us(calls: Sequence[Callable[[], object]], repeats: int) -> float:
+    """The calls captured in one CUDA graph (warmed up off the capture stream, as torch.cuda.graph
+    asks) and replayed: events_us of a replay, per call."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for call in calls:
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    return events_us(graph.replay, len(calls), repeats)
 
 
 def write_results(path: Path, rows: list, **extra: object) -> None:

@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import argparse
 import functools
-import statistics
 from pathlib import Path
 
 import torch
 import triton
-from bench_common import RESULTS, write_results
+from bench_common import RESULTS, graph_us, write_results
 from torch.utils.cpp_extension import load_inline
 
 COPIES, REPLAYS = 8, 10
@@ -124,25 +123,6 @@ void read_weight(torch::Tensor b, int64_t pattern, int64_t tiles_per_cta, int64_
 """
 
 
-def graph_us(calls: list) -> float:
-    """Median over REPLAYS of one replay of a graph of the calls, per call."""
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(REPLAYS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / len(calls))
-    return statistics.median(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=RESULTS / "h200-read-patterns.json")
@@ -158,7 +138,7 @@ def main() -> None:
         for pattern, name in PATTERNS.items():
             calls = [functools.partial(module.read_weight, w, pattern, tiles, warps, sink) for w in weights]
             flush = 1000 * triton.testing.do_bench(calls[0], warmup=10, rep=40, return_mode="median")
-            graph = graph_us(calls)
+            graph = graph_us(calls, REPLAYS)
             rows.append({"N": n, "row_bytes": row_bytes, "tiles_per_cta": tiles, "warps": warps, "pattern": name,
                          "flush_us": round(flush, 2), "graph_us": round(graph, 2),
                          "flush_TBps": round(n * row_bytes / flush / 1e6, 2),

@@ -16,12 +16,12 @@ benchmarks/experiments/).
 from __future__ import annotations
 
 import argparse
-import statistics
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from bench_common import RESULTS, load, write_results
+from bench_common import RESULTS, events_us, graph_us, load, write_results
 from bench_gemm_skinny import Weight, activation, copy_bandwidth_gbps, median_us, nbytes
 
 COPIES, REPEATS = 20, 15
@@ -29,36 +29,11 @@ SHAPES = ((2112, 5120), (4224, 5120), (8448, 5120), (17408, 5120), (4096, 7168),
 
 
 def per_call_us(call: Callable[[int], object], graph: bool) -> float:
-    """Median over REPEATS of call(0 .. COPIES - 1), per call: launched back to back, or from a graph."""
+    """call(0 .. COPIES - 1), per call: launched back to back, or replayed from one CUDA graph."""
+    calls = [functools.partial(call, i) for i in range(COPIES)]
     if graph:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up outside the capture
-            for i in range(COPIES):
-                call(i)
-        torch.cuda.current_stream().wait_stream(side)
-        captured = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(captured):
-            for i in range(COPIES):
-                call(i)
-        run = captured.replay
-    else:
-
-        def run() -> None:
-            for i in range(COPIES):
-                call(i)
-
-    run()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(REPEATS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / COPIES)
-    return statistics.median(times)
+        return graph_us(calls, REPEATS)
+    return events_us(lambda: [c() for c in calls], COPIES, REPEATS)
 
 
 def case_row(fp4, weights: list[tuple[torch.Tensor, ...]], dense: list[torch.Tensor], m: int) -> dict:
@@ -86,8 +61,9 @@ def case_row(fp4, weights: list[tuple[torch.Tensor, ...]], dense: list[torch.Ten
 
 def shape_rows(fp4, n: int, k: int, ms: tuple[int, ...], cublas: bool) -> list[dict]:
     weight = Weight(fp4, "nvfp4", (torch.randn(n, k, device="cuda") * 0.05).to(torch.bfloat16))
-    weights = [tuple(t.clone() for t in weight.copies[0]) for _ in range(COPIES)]
-    dense = [weight.bf16.clone() for _ in range(COPIES)] if cublas else []
+    weights = list(weight.copies) + [tuple(t.clone() for t in weight.copies[0])
+                                     for _ in range(COPIES - len(weight.copies))]  # fmt: skip
+    dense = [weight.bf16] + [weight.bf16.clone() for _ in range(COPIES - 1)] if cublas else []
     rows = []
     for m in ms:
         rows.append(case_row(fp4, weights, dense, m))
