@@ -1,7 +1,7 @@
 // The Hopper GEMM engine: block-scaled A [M, K] x B [N, K]^T with exact in-kernel dequantization
 // to bf16 and wgmma with float32 accumulation.
 //
-// One CTA computes a kBlockM x kBlockN tile with three warpgroups:
+// One CTA computes a kBlockM x kBlockN tile with three or four warpgroups:
 //   warpgroup 0  producer: one thread streams packed A, packed B and both scale tiles through a
 //                ring of kStages shared-memory stages with TMA (mbarrier "full"/"empty" pairs);
 //   warpgroups 1, 2  consumers. A 128-row tile gives each 64 rows of A and all kBlockN columns; a
@@ -12,7 +12,11 @@
 //                  (three buffers rotate, so one barrier per K tile keeps them safe),
 //                - issue four m64 x kWarpgroupN x k16 wgmmas (A from registers, B from shared
 //                  memory: a 64-row tile's second warpgroup starts kBlockN / 2 rows into the bf16
-//                  tile) and decode the next K tile while those run.
+//                  tile) and decode the next K tile while those run;
+//   warpgroup 3  for dense 128 x 256 tiles (kDecodeWarps), the decoders: they dequantize each
+//                stage's B tile instead of the consumers, ahead of them (the bf16 tiles handed
+//                over and back by mbarriers); the consumers then decode only A, and issue their
+//                wgmmas as pairs of m64 x 128 halves.
 //
 // K order inside a tile. Summation order is free, so wgmma's K slots need not hold the elements
 // in order, only the same element for A and B. wgmma's register fragment gives thread
@@ -88,8 +92,22 @@ struct EngineConfig {
   static constexpr int kWarpgroupN = kBlockM == 128 ? kBlockN : kBlockN / 2;  // one wgmma's columns
   static constexpr int kAccumulators = kWarpgroupN / 2;                       // floats per consumer thread
   static constexpr int kBlockK = 64;  // one 128-byte bf16 row of the swizzled B tile
-  static constexpr int kThreads = 384;
   static constexpr int kConsumerThreads = 256;
+  // Dense 128 x 256 tiles with a packed B have a decoder warpgroup (kDecodeWarps): it decodes all
+  // of B into the rotating bf16 tiles, running ahead of the consumers (mbarriers hand the tiles
+  // over and back), and the consumers decode only A into fragments and issue the wgmmas. In the
+  // consumers' own instruction stream the decode and the wgmmas overlapped little: at 256 x 17408
+  // x 5120 NVFP4 the K loop took 110 us, without the decode 77 us, without the wgmmas 72 us
+  // (benchmarks/NOTES.md).
+  static constexpr bool kDecodeWarps = kPackedB && kGrouping == Grouping::Dense && kBlockM == 128 && kBlockN == 256;
+  static constexpr int kDecoderThreads = kDecodeWarps ? 128 : 0;
+  static constexpr int kThreads = 128 + kConsumerThreads + kDecoderThreads;
+  // The warps that free a stage of the TMA ring once they read their part of it.
+  static constexpr int kStageReaders = (kConsumerThreads + kDecoderThreads) / 32;
+  // The columns of one wgmma instruction: with decode warps (512 threads, 128 registers at launch)
+  // ptxas needs each instruction to fit in those, an n256 wgmma's 128 accumulators do not.
+  static constexpr int kWgmmaN = kDecodeWarps ? 128 : kWarpgroupN;
+  static_assert(kWarpgroupN % kWgmmaN == 0 && kWarpgroupN / kWgmmaN <= 2, "one or two wgmmas per k16 step");
 
   static constexpr int kRowBytesA = kBlockK * element_bits(kA) / 8;
   static constexpr int kRowBytesB = kBlockK * element_bits(kB) / 8;
@@ -112,24 +130,27 @@ struct EngineConfig {
   // Float accumulators of one warpgroup staged for the epilogue; a row stride of 8 (mod 32) words
   // makes a warp's fragment stores conflict-free.
   static constexpr int kStagingStride = kBlockN + 8;
-  // The region before the ring: the rotating decoded B tiles (packed B), which the epilogue staging
-  // reuses, or the staging alone.
+  // The region before the ring: the rotating decoded B tiles (packed B; with decode warps handed
+  // over and back by mbarriers), which the epilogue staging reuses, or the staging alone.
   static constexpr int kBf16Tiles = kPackedB ? 3 : 0;
   static constexpr int kRegionBytes = round_up(
       kBf16Tiles * kBf16TileBytes > 64 * kStagingStride * 4 ? kBf16Tiles * kBf16TileBytes : 64 * kStagingStride * 4,
       1024);
   static constexpr int kMaxSmem = 227 * 1024;
-  static constexpr int kBarrierBytes = 256;
+  static constexpr int kBarrierBytes = 256;  // full, empty (kStages <= 8 each), decoded, drained
   static constexpr int kStages = (kMaxSmem - kRegionBytes - kBarrierBytes - 1024) / kStageBytes > 8
                                      ? 8
                                      : (kMaxSmem - kRegionBytes - kBarrierBytes - 1024) / kStageBytes;
   static_assert(kStages >= 2, "the ring needs two stages");
+  static_assert((2 * kStages + 2 * kBf16Tiles) * 8 <= kBarrierBytes, "the barriers");
   // + 1024: the dynamic shared memory base is only 16-byte aligned; the tiles need 1024.
   static constexpr int kSmemBytes = kRegionBytes + kStages * kStageBytes + kBarrierBytes + 1024;
 
-  // Consumer threads per B row and the 16-byte bf16 chunks (of 8 per row) each converts.
+  // Consumer threads per B row and the 16-byte bf16 chunks (of 8 per row) each converts; with decode
+  // warps the consumers convert none, and a decode thread two whole rows, d and d + 128.
   static constexpr int kThreadsPerRowB = kConsumerThreads / kBlockN;
   static constexpr int kChunksPerThread = 8 / kThreadsPerRowB;
+  static_assert(!kDecodeWarps || 2 * kDecoderThreads == kBlockN, "two B rows a decode thread");
   static_assert(kBlockN == 128 || kBlockN == 256, "tile widths 128 and 256");
 
   // A decoded operand value is its true value times 2^-kValueExponent (see "operand decoding"):
@@ -148,9 +169,24 @@ struct EngineConfig {
   // the groups and addresses up to five scale atoms per stage: it gets 16 more (at 40 it spilled in
   // its K loop); dense consumers keep 232 (a build with 224 ran 64 x 17408 x 5120 NVFP4 at 0.78x
   // cuBLAS on the H200 against 0.89x before).
-  static constexpr int kProducerRegisters = kGrouping == Grouping::Dense ? 40 : 56;
-  static constexpr int kConsumerRegisters = kGrouping == Grouping::Dense ? 232 : 224;
+  // With decode warps the 512 threads' 128 registers at launch go 24 (producer), 64 (decoders) and
+  // 208 (consumers).
+  static constexpr int kProducerRegisters = kDecodeWarps ? 24 : kGrouping == Grouping::Dense ? 40 : 56;
+  static constexpr int kDecoderRegisters = 64;
+  static constexpr int kConsumerRegisters = kDecodeWarps ? 208 : kGrouping == Grouping::Dense ? 232 : 224;
+  // setmaxnreg moves registers inside the CTA's launch allocation (65536 / kThreads, in steps of 8,
+  // per thread): a larger sum leaves the consumers' increase waiting forever.
+  static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
+  static_assert(128 * kProducerRegisters + kDecoderThreads * kDecoderRegisters + 256 * kConsumerRegisters <=
+                    kThreads * kLaunchRegisters,
+                "the CTA's registers");
 };
+
+// Named barriers: 0 is __syncthreads; the consumers' own (epilogue, stream-K, a stage's decode);
+// with decode warps, the consumers' release of the epilogue staging, which overlaps the decoded
+// buffers, to the decoders.
+constexpr int kConsumerBarrier = 1;
+constexpr int kStagingFreeBarrier = 2;
 
 // Kernel arguments besides the two tensor maps (plain values: captured by CUDA graphs as is).
 struct EngineParams {
@@ -363,30 +399,33 @@ __device__ __forceinline__ void load_a_fragments(const uint8_t* tile, const uint
   }
 }
 
-// Where this thread's chunk i of a decoded B tile goes: row `row`, chunk c = i * kThreadsPerRowB +
-// sub of it in the 128-byte swizzle. The same for every K tile: the consumers keep them in registers.
-template <class Config>
-__device__ __forceinline__ void b_chunk_offsets(int row, int sub, int (&offsets)[Config::kChunksPerThread]) {
+// Where this thread's chunk i of a decoded B tile goes, one of kPerRow threads of a row: row `row`,
+// chunk c = i * kPerRow + sub of it in the 128-byte swizzle. The same for every K tile: the decoding
+// threads keep them in registers.
+template <int kPerRow>
+__device__ __forceinline__ void b_chunk_offsets(int row, int sub, int (&offsets)[8 / kPerRow]) {
 #pragma unroll
-  for (int i = 0; i < Config::kChunksPerThread; ++i) {
-    offsets[i] = (row / 8) * 1024 + (row % 8) * 128 + (((i * Config::kThreadsPerRowB + sub) ^ (row % 8)) * 16);
+  for (int i = 0; i < 8 / kPerRow; ++i) {
+    offsets[i] = (row / 8) * 1024 + (row % 8) * 128 + (((i * kPerRow + sub) ^ (row % 8)) * 16);
   }
 }
 
-// Converts this thread's share of the packed B tile into the swizzled bf16 tile: row `row`,
-// chunks c = i * kThreadsPerRowB + sub (at `offsets`, b_chunk_offsets). Chunk c holds pair P = c of each q = 0..3 (see the file
-// comment). Word indices stay compile-time constants (sub < kThreadsPerRowB never changes them),
-// so the row's words live in registers.
-template <class Config>
+// Converts this thread's share of the packed B tile into the swizzled bf16 tile: row `row`, chunks
+// c = i * kPerRow + sub (at `offsets`, b_chunk_offsets). Chunk c holds pair P = c of each q = 0..3
+// (see the file comment). Word indices stay compile-time constants (sub < kPerRow never changes
+// them), so the row's words live in registers.
+template <class Config, int kPerRow>
 __device__ __forceinline__ void convert_b_row(const uint8_t* tile, const uint8_t* scales, int sf_row0,
                                               uint8_t* bf16_tile, int row, int sub, const TileCodes& codes,
-                                              const int (&offsets)[Config::kChunksPerThread]) {
+                                              const int (&offsets)[8 / kPerRow]) {
+  static_assert(kPerRow == 1 || kPerRow == 2 || kPerRow == 4, "a row's 8 chunks split evenly");
   constexpr OperandFormat kFormat = Config::kFormatB;
   constexpr int kGroup = block_size(kFormat);
   constexpr int kExponent = Config::kValueExponentB;
-  constexpr int kWords = Config::kRowBytesB / 4;
+  constexpr int kRowBytes = Config::kRowBytesB;
+  constexpr int kWords = kRowBytes / 4;
   uint32_t words[kWords];
-  const uint8_t* src = tile + row * Config::kRowBytesB;
+  const uint8_t* src = tile + row * kRowBytes;
 #pragma unroll
   for (int i = 0; i < kWords / 4; ++i) {
     const uint4 v = *reinterpret_cast<const uint4*>(src + 16 * i);
@@ -406,8 +445,8 @@ __device__ __forceinline__ void convert_b_row(const uint8_t* tile, const uint8_t
     scale[q] = block % 2 ? high_factor(factors[block / 2]) : low_factor(factors[block / 2]);
   }
 #pragma unroll
-  for (int i = 0; i < Config::kChunksPerThread; ++i) {
-    constexpr int kStride = Config::kThreadsPerRowB;
+  for (int i = 0; i < 8 / kPerRow; ++i) {
+    constexpr int kStride = kPerRow;
     const int c = i * kStride + sub;
     Bf16x2 v[4];  // MXFP8: the chunk's values before their factors
     if constexpr (kFormat == OperandFormat::Mxfp8) {
@@ -450,10 +489,12 @@ struct Wgmma<256> {
   using OpShared = cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
 };
 
-template <int kN, size_t... I>
-__device__ __forceinline__ void wgmma_rs(const uint32_t (&a)[4], uint64_t desc_b, float (&acc)[kN / 2],
+// An m64 x kN x k16 wgmma into accumulators kFirst .. kFirst + kN / 2 - 1 (the fragment layout of
+// an n256 wgmma's columns 2 kFirst .., so two n128 halves fill the same registers as one n256).
+template <int kN, int kFirst, int kAll, size_t... I>
+__device__ __forceinline__ void wgmma_rs(const uint32_t (&a)[4], uint64_t desc_b, float (&acc)[kAll],
                                          std::index_sequence<I...>) {
-  Wgmma<kN>::Op::fma(a[0], a[1], a[2], a[3], desc_b, acc[I]..., cute::SM90::GMMA::ScaleOut::One);
+  Wgmma<kN>::Op::fma(a[0], a[1], a[2], a[3], desc_b, acc[kFirst + I]..., cute::SM90::GMMA::ScaleOut::One);
 }
 
 template <int kN, size_t... I>
@@ -481,7 +522,9 @@ __device__ __forceinline__ void issue_tile_shared(const uint8_t* a_rows, const u
 }
 
 // Four k16 steps over one 64-wide K tile; the descriptor advances 32 bytes (16 elements) per step.
-// `b_rows`: this warpgroup's first row of the bf16 B tile (its first output column).
+// `b_rows`: this warpgroup's first row of the bf16 B tile (its first output column). A step is one
+// wgmma of the warpgroup's kWarpgroupN columns, or two of kWgmmaN = 128 (the second 128 rows,
+// 16 KiB, further into the tile).
 template <class Config>
 __device__ __forceinline__ void issue_tile(uint32_t (&frag)[4][4], const uint8_t* b_rows,
                                            float (&acc)[Config::kAccumulators]) {
@@ -492,10 +535,14 @@ __device__ __forceinline__ void issue_tile(uint32_t (&frag)[4][4], const uint8_t
   for (int s = 0; s < 4; ++s) pin_registers(frag[s]);
   pin_registers(acc);
   wgmma_fence();
+  constexpr int kN = Config::kWgmmaN;
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
-    wgmma_rs<Config::kWarpgroupN>(frag[s], desc + uint64_t(2 * s), acc,
-                                  std::make_index_sequence<Config::kAccumulators>{});
+    wgmma_rs<kN, 0>(frag[s], desc + uint64_t(2 * s), acc, std::make_index_sequence<kN / 2>{});
+    if constexpr (kN < Config::kWarpgroupN) {
+      constexpr uint64_t kHalf = kN * Config::kBlockK * 2 / 16;  // the descriptor counts 16 bytes
+      wgmma_rs<kN, kN / 2>(frag[s], desc + kHalf + uint64_t(2 * s), acc, std::make_index_sequence<kN / 2>{});
+    }
   }
   wgmma_commit();
   pin_registers(acc);
@@ -509,6 +556,8 @@ struct SharedStorage {
   uint8_t* stages;  // kStages x kStageBytes
   uint64_t* full;
   uint64_t* empty;
+  uint64_t* decoded;  // decode warps: bf16 tile i holds a stage's decoded B
+  uint64_t* drained;  // decode warps: the wgmmas reading bf16 tile i retired
 
   __device__ explicit SharedStorage(uint8_t* raw) {
     // Pointer arithmetic (not an integer round trip) keeps the pointers known to be shared memory,
@@ -518,6 +567,8 @@ struct SharedStorage {
     stages = base + Config::kRegionBytes;
     full = reinterpret_cast<uint64_t*>(stages + Config::kStages * Config::kStageBytes);
     empty = full + Config::kStages;
+    decoded = empty + Config::kStages;
+    drained = decoded + Config::kBf16Tiles;
   }
   __device__ uint8_t* stage(int s) const { return stages + s * Config::kStageBytes; }
   // Packed B: A, B, SFA, SFB. Bf16 B: B's swizzled tile, A, SFA.
@@ -542,12 +593,15 @@ struct RingPosition {
   int stage = 0;
   uint32_t phase = 0;
   int bf16_tile = 0;
+  uint32_t bf16_phase = 0;  // decode warps: the parity of bf16 tile bf16_tile's decoded/drained phase
 
   __device__ __forceinline__ RingPosition next() const {
     RingPosition n = *this;
     n.phase ^= stage == Config::kStages - 1 ? 1u : 0u;
     n.stage = stage == Config::kStages - 1 ? 0 : stage + 1;
-    n.bf16_tile = Config::kBf16Tiles == 0 || bf16_tile == Config::kBf16Tiles - 1 ? 0 : bf16_tile + 1;
+    const bool last_bf16_tile = Config::kBf16Tiles == 0 || bf16_tile == Config::kBf16Tiles - 1;
+    n.bf16_phase ^= last_bf16_tile ? 1u : 0u;
+    n.bf16_tile = last_bf16_tile ? 0 : bf16_tile + 1;
     return n;
   }
 };
@@ -643,7 +697,7 @@ __device__ __forceinline__ void store_tile(const SharedStorage<Config>& smem, co
   constexpr bool kColumnHalves = Config::kBlockM == 64;
   const int col0 = kColumnHalves ? warpgroup * Config::kWarpgroupN : 0;  // this warpgroup's first column
   for (int half = 0; half < Config::kBlockM / 64; ++half) {
-    named_barrier_sync(1, Config::kConsumerThreads);
+    named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);
     if (kColumnHalves || warpgroup == half) {
 #pragma unroll
       for (int i = 0; i < Config::kAccumulators; i += 2) {
@@ -652,7 +706,7 @@ __device__ __forceinline__ void store_tile(const SharedStorage<Config>& smem, co
         *reinterpret_cast<float2*>(staging + row * Config::kStagingStride + col) = make_float2(acc[i], acc[i + 1]);
       }
     }
-    named_barrier_sync(1, Config::kConsumerThreads);
+    named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);
 #pragma unroll 2
     for (int pair = consumer; pair < 64 * kPairsPerRow; pair += Config::kConsumerThreads) {
       const int row = pair / kPairsPerRow, col = 2 * (pair % kPairsPerRow);
@@ -677,7 +731,7 @@ __device__ __forceinline__ void store_tile(const SharedStorage<Config>& smem, co
   }
   // The staging overlaps the bf16 B tiles, which a persistent CTA's next tile decodes into as soon
   // as its first stage arrives: every consumer has read the staging before any of them goes on.
-  named_barrier_sync(1, Config::kConsumerThreads);
+  named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);
 }
 
 // Stream-K: this CTA's partial tile (its first piece of work) for the tile's owner, in its slot.
@@ -688,7 +742,7 @@ __device__ __forceinline__ void publish_partial(const EngineParams& p, const flo
 #pragma unroll
   for (int i = 0; i < Config::kAccumulators; ++i) partial[i * Config::kConsumerThreads + consumer] = acc[i];
   __threadfence();
-  named_barrier_sync(1, Config::kConsumerThreads);
+  named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);
   if (consumer == 0) flag_release(p.flags + slot);
 }
 
@@ -698,11 +752,32 @@ __device__ __forceinline__ void gather_partials(const EngineParams& p, float (&a
                                                 int64_t first, int64_t last, int consumer) {
   for (int64_t cta = first; cta <= last; ++cta) {
     if (consumer == 0) flag_acquire_and_clear(p.flags + cta);
-    named_barrier_sync(1, Config::kConsumerThreads);
+    named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);
     const float* partial = p.partials + cta * Config::kBlockM * Config::kBlockN;
 #pragma unroll
     for (int i = 0; i < Config::kAccumulators; ++i) acc[i] += __ldcg(partial + i * Config::kConsumerThreads + consumer);
   }
+}
+
+// Decode warps: the consumers are done with the epilogue staging (and the decoded buffers under
+// it), the decoders may go on to the next tile.
+template <class Config>
+__device__ __forceinline__ void free_staging() {
+  if constexpr (Config::kDecodeWarps) {
+    named_barrier_arrive(kStagingFreeBarrier, Config::kConsumerThreads + Config::kDecoderThreads);
+  }
+}
+
+// After a warp decoded its share of a stage: frees the stage. One proxy fence, before the arrive,
+// orders both sides of the generic/async boundary: the bf16 tiles' stores before the wgmmas that
+// read them (the caller then hands the tiles over), and this stage's shared loads (still in flight
+// at the arrive, their registers used after it) before the producer's next TMA write into the
+// stage, which the arrive's release alone does not (benchmarks/NOTES.md).
+template <class Config>
+__device__ __forceinline__ void free_decoded_stage(const SharedStorage<Config>& smem, int stage, int lane) {
+  fence_async_shared();
+  __syncwarp();
+  if (lane == 0) mbar_arrive(&smem.empty[stage]);
 }
 
 template <class Config>
@@ -717,13 +792,14 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
   const int b_sub = consumer % Config::kThreadsPerRowB;
   const int64_t nkb = p.nkb;
   int b_offsets[Config::kChunksPerThread];
-  b_chunk_offsets<Config>(b_row, b_sub, b_offsets);
+  b_chunk_offsets<Config::kThreadsPerRowB>(b_row, b_sub, b_offsets);
   float acc[Config::kAccumulators];
   uint32_t frag[2][4][4];
 
   // Waits for K tile kt (ring position r), decodes it (A into registers, B into its bf16 tile),
   // frees its stage, and meets the other consumer warpgroup so the whole bf16 tile is written
-  // before any wgmma. sf_a / sf_b: the tile's first row in the stage's scale atoms.
+  // before any wgmma. sf_a / sf_b: the tile's first row in the stage's scale atoms. With decode
+  // warps B is theirs: the consumers decode A only, and wait for the bf16 tile by mbarrier.
   //
   // With a bf16 B from TMA, only A is decoded; the stage is freed once the wgmma reading its B tile
   // retired, and the warpgroups need not meet.
@@ -732,17 +808,17 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
     mbar_wait(&smem.full[s], r.phase);
     const TileCodes codes = tile_codes<Config>(kt, nkb);
     if constexpr (Config::kPackedB) {
-      pin_registers(b_offsets);  // kept, not recomputed per K tile
-      convert_b_row<Config>(smem.b(s), smem.sfb(s), sf_b, smem.bf16_tile(r.bf16_tile), b_row, b_sub, codes, b_offsets);
-      load_a_fragments<Config>(smem.a(s), smem.sfa(s), sf_a, warp_row, lane, codes, f);
-      // One proxy fence, before the arrive, orders both sides of the generic/async boundary: the
-      // bf16 tile's stores before the wgmmas that read it, and this stage's shared loads (still in
-      // flight at the arrive, their registers used after it) before the producer's next TMA write
-      // into the stage, which the arrive's release alone does not (benchmarks/NOTES.md).
-      fence_async_shared();
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&smem.empty[s]);
-      named_barrier_sync(1, Config::kConsumerThreads);
+      if constexpr (Config::kDecodeWarps) {  // B is the decoders'; its tile comes by mbarrier
+        load_a_fragments<Config>(smem.a(s), smem.sfa(s), sf_a, warp_row, lane, codes, f);
+        free_decoded_stage(smem, s, lane);
+      } else {
+        pin_registers(b_offsets);  // kept, not recomputed per K tile
+        convert_b_row<Config, Config::kThreadsPerRowB>(smem.b(s), smem.sfb(s), sf_b, smem.bf16_tile(r.bf16_tile),
+                                                        b_row, b_sub, codes, b_offsets);
+        load_a_fragments<Config>(smem.a(s), smem.sfa(s), sf_a, warp_row, lane, codes, f);
+        free_decoded_stage(smem, s, lane);
+        named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);  // the whole bf16 tile is written
+      }
     } else {
       load_a_fragments<Config>(smem.a(s), smem.sfa(s), sf_a, warp_row, lane, codes, f);
     }
@@ -754,6 +830,12 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
   const auto release = [&](int stage) {
     __syncwarp();
     if (lane == 0) mbar_arrive(&smem.empty[stage]);
+  };
+
+  // Decode warps: the consumers hand a decoded buffer back once the wgmmas reading it retired.
+  const auto hand_back = [&](int slot) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&smem.drained[slot]);
   };
 
   EngineScheduler<Config> scheduler(p.schedule);
@@ -793,11 +875,13 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
       // one copy of the loop body in the instruction cache.
       const auto step = [&](int64_t kt, uint32_t(&f)[4][4], uint32_t(&next_f)[4][4]) {
         const RingPosition<Config> next = ring.next();
+        if constexpr (Config::kDecodeWarps) mbar_wait(&smem.decoded[ring.bf16_tile], ring.bf16_phase);
         issue_tile<Config>(f, b_tile(ring), acc);
         if (kt + 1 < t.k_end) stage_in(kt + 1, next, sf_a, sf_b, next_f);
         wgmma_wait<0>();
         for (auto& r : f) pin_registers(r);  // alive until retired: tile kt + 1 cannot reuse them
         if constexpr (!Config::kPackedB) release(ring.stage);
+        if constexpr (Config::kDecodeWarps) hand_back(ring.bf16_tile);
         ring = next;
       };
       stage_in(t.k_begin, ring, sf_a, sf_b, frag[0]);
@@ -820,6 +904,7 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
     if constexpr (Config::kGrouping == Grouping::Dense) {
       if (t.k_begin > 0) {  // a later piece of a tile another CTA owns
         publish_partial<Config>(p, acc, scheduler.slot(), consumer);
+        free_staging<Config>();
         continue;
       }
       if (t.k_end < p.schedule.k_tiles) {
@@ -827,6 +912,39 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
       }
     }
     store_tile<Config>(smem, p, acc, t, consumer);
+    free_staging<Config>();
+  }
+}
+
+// The decode warps (EngineConfig::kDecodeWarps): each stage's B into a bf16 tile, two rows a
+// thread, ahead of the consumers by up to kBf16Tiles tiles (the same scheduler, ring and tile
+// rotation; mbarriers hand the tiles over and back). Between tiles they wait for the consumers'
+// epilogue, whose staging overlaps the tiles.
+template <class Config>
+__device__ __forceinline__ void decode(const SharedStorage<Config>& smem, const EngineParams& p) {
+  const int d = int(threadIdx.x) - 128 - Config::kConsumerThreads;  // 0 .. kDecoderThreads - 1
+  const int lane = d % 32;
+  int offsets[2][8];
+  b_chunk_offsets<1>(d, 0, offsets[0]);
+  b_chunk_offsets<1>(d + Config::kDecoderThreads, 0, offsets[1]);
+  EngineScheduler<Config> scheduler(p.schedule);
+  RingPosition<Config> ring;
+  for (WorkTile t; scheduler.next(t);) {
+    for (int64_t kt = t.k_begin; kt < t.k_end; ++kt, ring = ring.next()) {
+      const int s = ring.stage;
+      mbar_wait(&smem.full[s], ring.phase);
+      mbar_wait(&smem.drained[ring.bf16_tile], ring.bf16_phase ^ 1);
+      const TileCodes codes = tile_codes<Config>(kt, p.nkb);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        pin_registers(offsets[r]);  // kept, not recomputed per K tile
+        convert_b_row<Config, 1>(smem.b(s), smem.sfb(s), 0, smem.bf16_tile(ring.bf16_tile),
+                                 d + r * Config::kDecoderThreads, 0, codes, offsets[r]);
+      }
+      free_decoded_stage(smem, s, lane);
+      if (lane == 0) mbar_arrive(&smem.decoded[ring.bf16_tile]);
+    }
+    named_barrier_sync(kStagingFreeBarrier, Config::kConsumerThreads + Config::kDecoderThreads);
   }
 }
 
@@ -842,7 +960,11 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     prefetch_tensor_map(&map_b);
     for (int s = 0; s < Config::kStages; ++s) {
       mbar_init(&smem.full[s], 1);
-      mbar_init(&smem.empty[s], Config::kConsumerThreads / 32);
+      mbar_init(&smem.empty[s], Config::kStageReaders);
+    }
+    for (int b = 0; Config::kDecodeWarps && b < Config::kBf16Tiles; ++b) {
+      mbar_init(&smem.decoded[b], Config::kDecoderThreads / 32);
+      mbar_init(&smem.drained[b], Config::kConsumerThreads / 32);
     }
     mbar_init_fence();
   }
@@ -853,9 +975,12 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   if (threadIdx.x < 128) {
     lower_registers<Config::kProducerRegisters>();
     if (threadIdx.x == 0) produce<Config>(smem, &map_a, &map_b, p);
-  } else {
+  } else if (!Config::kDecodeWarps || threadIdx.x < 128 + Config::kConsumerThreads) {
     raise_registers<Config::kConsumerRegisters>();
     consume<Config>(smem, p);
+  } else if constexpr (Config::kDecodeWarps) {
+    lower_registers<Config::kDecoderRegisters>();
+    decode<Config>(smem, p);
   }
 }
 
