@@ -10,8 +10,10 @@ cleared before every run). Ratio = cuBLAS time / the build's time.
 
 `--variants 1,2` times each build's engine once per variant (columns build:variant, e.g. the 128 x 256
 and the 64 x 256 tiles of one build); outputs are compared bit for bit among the columns of one
-variant. `--shapes 64x4096x7168,...` and `--formats nvfp4,mxfp8` replace the default rows;
-`--no-masked` leaves out the grouped rows.
+variant. `--backends sm90_engine,composition` times each build's dense rows on those backends, by
+name (columns build:backend; outputs compared among the columns of one backend): where the fused
+engine and the composition floor cross. `--shapes 64x4096x7168,...` and `--formats nvfp4,mxfp8`
+replace the default rows; `--no-masked` leaves out the grouped rows.
 """
 
 from __future__ import annotations
@@ -56,19 +58,29 @@ def dense_operands(fp4, ref, fmt: str, xa: torch.Tensor, xb: torch.Tensor):
     return a, sfa, b, sfb, fmt, fmt, *dq
 
 
-def timed(builds: dict, make_fn, shape, variants=(-1,)) -> tuple[dict, bool]:
-    """Each (build, variant)'s median and whether every build's output equals the first build's of the
-    same variant bit for bit."""
+def timed(builds: dict, make_fn, shape, columns: dict | None = None) -> tuple[dict, bool]:
+    """Each (build, column)'s median and whether every build's output equals the first build's of the
+    same column bit for bit. columns: {(variant, backend): label suffix}, default the engine as is."""
+    columns = columns or {(-1, "sm90_engine"): ""}
     times, firsts, same = {}, {}, True
     for name, fp4 in builds.items():
-        for variant in variants:
+        for column, suffix in columns.items():
             out = torch.empty(shape, dtype=torch.bfloat16, device="cuda")
-            fn = make_fn(fp4, out, variant)
+            fn = make_fn(fp4, out, *column)
             fn()
-            first = firsts.setdefault(variant, out.clone())
+            first = firsts.setdefault(column, out.clone())
             same = same and torch.equal(first.view(torch.int16), out.view(torch.int16))
-            times[name if variants == (-1,) else f"{name}:{variant}"] = median_us(fn)
+            times[name + suffix] = median_us(fn)
     return times, same
+
+
+def column_labels(variants: tuple[int, ...], backends: tuple[str, ...]) -> dict:
+    """{(variant, backend): ":variant" and/or ":backend" where more than one of them is timed}."""
+    return {
+        (v, b): (f":{v}" if len(variants) > 1 else "") + (f":{b}" if len(backends) > 1 else "")
+        for b in backends
+        for v in variants
+    }
 
 
 def report(tag: str, peer_us: float, times: dict, same: bool) -> str:
@@ -82,11 +94,13 @@ def main() -> None:
     parser.add_argument("builds", nargs="+", help="name=repository path, the first is the reference")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--variants", default="-1", help="comma-separated engine variants (GemmCall.variant)")
+    parser.add_argument("--backends", default="sm90_engine", help="comma-separated backends of the dense rows")
     parser.add_argument("--shapes", default=None, help="comma-separated MxNxK (default: SHAPES)")
     parser.add_argument("--formats", default=",".join(FORMATS), help="comma-separated, of " + ", ".join(FORMATS))
     parser.add_argument("--no-masked", action="store_true", help="leave out the grouped masked rows")
     args = parser.parse_args()
     variants = tuple(int(v) for v in args.variants.split(","))
+    columns = column_labels(variants, tuple(args.backends.split(",")))
     shapes = SHAPES if args.shapes is None else [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")]
     formats = args.formats.split(",")
     builds = {name: get_local_kernel(Path(path)) for name, path in (b.split("=", 1) for b in args.builds)}
@@ -102,11 +116,11 @@ def main() -> None:
             a, sfa, b, sfb, af, bf, a_bf, b_bf = dense_operands(fp4, ref, fmt, xa, xb)
             cublas = cublas or median_us(lambda a_bf=a_bf, b_bf=b_bf: torch.mm(a_bf, b_bf.T))
 
-            def engine(mod, out, variant, a=a, sfa=sfa, b=b, sfb=sfb, af=af, bf=bf):
+            def engine(mod, out, variant, backend, a=a, sfa=sfa, b=b, sfb=sfb, af=af, bf=bf):
                 call = mod._gemm.GemmCall(a, b, sfa, sfb, af, bf, out=out, variant=variant)
-                return lambda: call.run_on("sm90_engine")
+                return lambda: call.run_on(backend)
 
-            times, same = timed(builds, engine, (m, n), variants)
+            times, same = timed(builds, engine, (m, n), columns)
             rows.append(dict(m=m, n=n, k=k, fmt=fmt, cublas_us=cublas, bitwise_equal=same, us=times))
             print(report(f"{m:5d} {n:6d} {k:5d} {fmt:6s}", cublas, times, same), flush=True)
     experts, per, n, k = MASKED
@@ -124,7 +138,7 @@ def main() -> None:
         b_bf = torch.stack([ref.dequantize(v, s, ref.FORMATS[fmt]).to(torch.bfloat16) for v, s in parts])
         bmm = median_us(lambda a_bf=a_bf, b_bf=b_bf: torch.bmm(a_bf, b_bf.transpose(1, 2)))
 
-        def masked(mod, out, variant, a=a, sfa=sfa, b=b, sfb=sfb, fmt=fmt, counts=counts, alpha=alpha):
+        def masked(mod, out, variant, backend, a=a, sfa=sfa, b=b, sfb=sfb, fmt=fmt, counts=counts, alpha=alpha):
             return lambda: mod.group_masked_gemm(
                 a, b, sfa, sfb, counts, out, alpha=alpha, max_m_per_expert=per, mode=MODES[fmt]
             )

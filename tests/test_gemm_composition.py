@@ -3,7 +3,9 @@ both operands into 16-bit scratch plus one cuBLASLt matmul (float32 accumulation
 float32, one rounding to the output).
 
 Host-side (no GPU needed): where dispatch takes it (GemmCall.backends), on sm_90 dense problems from
-M = 1024 on, and on every arch bf16 activations that no arch kernel reads, above the skinny tier.
+the measured row counts of composition.cu (384 for MXFP8, 768 for 4-bit weights, 1024 for the pairs
+measured only there), and on every arch bf16 activations that no arch kernel reads, above the
+skinny tier.
 On the H200 it runs by name (GemmCall.run_on("composition")): every operand format, bias, residual,
 fp16 output, alpha as a device tensor and as alpha_scale, odd N and K tails, NaN scales, outputs
 poisoned first, within the docs/FORMATS.md bound of float64 math on the exactly dequantized
@@ -45,18 +47,32 @@ def backend(fp4, cc: int, a_format: str, b_format: str, m: int, n: int = 4096, k
 # ---- where dispatch takes it (host-side: runs without a GPU) -------------------------------------
 
 
-@pytest.mark.kernels_ci
-@pytest.mark.parametrize("pair", PAIRS, ids="x".join)
-@pytest.mark.parametrize("m", [1024, 4096])
-def test_hopper_dispatches_dense_gemms_from_1024_rows_to_the_composition(fp4, pair, m):
-    assert backend(fp4, 90, *pair, m=m) == "composition"
+# The fewest rows from which the H200 took the composition over the engine (composition.cu)
+HOPPER_MIN_ROWS = {
+    ("mxfp8", "mxfp8"): 384,
+    ("mxfp4", "mxfp4"): 768,
+    ("nvfp4", "nvfp4"): 768,
+    ("nvfp4", "e0m3"): 1024,
+    ("e0m3", "e0m3"): 1024,
+    ("bf16", "nvfp4"): 768,
+    ("bf16", "mxfp4"): 768,
+}
 
 
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("pair", PAIRS, ids="x".join)
-@pytest.mark.parametrize("m", [65, 256, 1023])  # up to 64 rows the skinny tier may take them (test_gemm_skinny)
-def test_hopper_keeps_dense_gemms_below_1024_rows_on_its_engine(fp4, pair, m):
-    assert backend(fp4, 90, *pair, m=m) == "sm90_engine"
+def test_hopper_dispatches_dense_gemms_to_the_composition_from_the_measured_rows(fp4, pair):
+    rows = HOPPER_MIN_ROWS[pair]
+    for m in (rows, rows + 1, 4096):
+        assert backend(fp4, 90, *pair, m=m) == "composition", f"{m=}"
+
+
+@pytest.mark.kernels_ci
+@pytest.mark.parametrize("pair", PAIRS, ids="x".join)
+def test_hopper_keeps_dense_gemms_below_the_measured_rows_on_its_engine(fp4, pair):
+    # from 65 rows: up to 64 the skinny tier may take them (test_gemm_skinny)
+    for m in (65, 256, HOPPER_MIN_ROWS[pair] - 1):
+        assert backend(fp4, 90, *pair, m=m) == "sm90_engine", f"{m=}"
 
 
 def test_hopper_keeps_the_engines_own_bf16_gemm(fp4):
@@ -69,7 +85,7 @@ def test_hopper_serves_bf16_activations_its_engine_does_not_read_above_16_rows(f
     assert backend(fp4, 90, "bf16", b_format, m=16) != "composition"
 
 
-def test_k_tails_the_engine_cannot_load_are_served_from_1024_rows(fp4):
+def test_k_tails_the_engine_cannot_load_are_served_from_the_measured_rows(fp4):
     # 24-byte NVFP4 rows: no TMA for the engine; the dequantize kernel reads them
     assert backend(fp4, 90, "nvfp4", "nvfp4", m=1024, k=48) == "composition"
     assert backend(fp4, 90, "nvfp4", "nvfp4", m=64, k=48) == ""

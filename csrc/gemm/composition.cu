@@ -50,19 +50,32 @@ constexpr const char* kName = "composition";
 
 // ---- where dispatch takes it ---------------------------------------------------------------------
 
-// Measured on one H200 against cuBLAS bf16 on the dequantized operands, over large-layer and MoE
-// expert shapes (N, K), the composition being our dequantize of both operands plus a cuBLAS bf16
-// GEMM: from M = 1024 on it was faster than the fused Hopper engine on every shape, at M <= 256
-// slower (docs/API.md has the shapes). So on sm_90 it takes dense problems with block-scaled weights
-// from 1024 rows on. On every arch it takes bf16 activations that no arch kernel reads (Blackwell's
-// kernels have none), above the skinny tier's M <= 16.
-constexpr int64_t kHopperMinRows = 1024;
+// Measured on one H200, the fused Hopper engine and this backend by name on six (N, K) of
+// benchmarks/bench_gemm.py, M = 128 .. 1024 (benchmarks/results/h200-composition-floor.json): the
+// rows from which the composition was faster on every shape (ties within 1 %) are 384 for MXFP8 and
+// 768 for MXFP4, NVFP4 and bf16 activations with 4-bit weights. (On (7168, 2048), an MoE expert's
+// down projection, it was faster from 256 rows for all of them; one shape is not a rule.) Other
+// pairs (E0M3 weights, mixed formats) were measured from 1024 rows only, where the composition was
+// faster. On every arch it takes bf16 activations that no arch kernel reads (Blackwell's kernels
+// have none), above the skinny tier's M <= 16.
+constexpr int64_t kMxfp8MinRows = 384;
+constexpr int64_t kFourBitMinRows = 768;
+constexpr int64_t kUnmeasuredMinRows = 1024;
 constexpr int64_t kSkinnyMaxRows = 16;
+
+// The fewest rows from which dispatch takes a dense problem with block-scaled weights on sm_90.
+constexpr int64_t hopper_min_rows(OperandFormat a, OperandFormat b) {
+  const bool mxfp8 = a == OperandFormat::Mxfp8 && b == OperandFormat::Mxfp8;
+  const bool four_bit_b = b == OperandFormat::Nvfp4 || b == OperandFormat::Mxfp4;
+  const bool four_bit = four_bit_b && (a == b || a == OperandFormat::Bf16);
+  return mxfp8 ? kMxfp8MinRows : four_bit ? kFourBitMinRows : kUnmeasuredMinRows;
+}
 
 enum class Region { Not, Taken, WhereNoArchKernel };
 
 constexpr Region composition_region(int cc, OperandFormat a, OperandFormat b, int64_t m) {
-  if (cc == static_cast<int>(GemmArch::Sm90) && m >= kHopperMinRows && block_scaled(b)) return Region::Taken;
+  const bool hopper = cc == static_cast<int>(GemmArch::Sm90);
+  if (hopper && block_scaled(b) && m >= hopper_min_rows(a, b)) return Region::Taken;
   if (a == OperandFormat::Bf16 && m > kSkinnyMaxRows) return Region::WhereNoArchKernel;
   return Region::Not;
 }
