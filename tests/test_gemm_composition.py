@@ -4,7 +4,7 @@ float32, one rounding to the output).
 
 Host-side (no GPU needed): where dispatch takes it (GemmCall.backends), on sm_90 dense problems from
 the measured row counts of composition.cu (384 for MXFP8, 768 for 4-bit weights, 1024 for the pairs
-measured only there), and on every arch bf16 activations that no arch kernel reads, above the
+not measured below it), and on every arch bf16 activations that no arch kernel reads, above the
 skinny tier.
 On the H200 it runs by name (GemmCall.run_on("composition")): every operand format, bias, residual,
 fp16 output, alpha as a device tensor and as alpha_scale, odd N and K tails, NaN scales, outputs

@@ -55,9 +55,9 @@ constexpr const char* kName = "composition";
 // rows from which the composition was faster on every shape (ties within 1 %) are 384 for MXFP8 and
 // 768 for MXFP4, NVFP4 and bf16 activations with 4-bit weights. (On (7168, 2048), an MoE expert's
 // down projection, it was faster from 256 rows for all of them; one shape is not a rule.) Other
-// pairs (E0M3 weights, mixed formats) were measured from 1024 rows only, where the composition was
-// faster. On every arch it takes bf16 activations that no arch kernel reads (Blackwell's kernels
-// have none), above the skinny tier's M <= 16.
+// pairs (E0M3 weights, mixed formats) keep the earlier 1024 rows: not measured below them. On every
+// arch it takes bf16 activations that no arch kernel reads (Blackwell's kernels have none), above
+// the skinny tier's M <= 16.
 constexpr int64_t kMxfp8MinRows = 384;
 constexpr int64_t kFourBitMinRows = 768;
 constexpr int64_t kUnmeasuredMinRows = 1024;
