@@ -418,7 +418,7 @@ template <class Config, int kPerRow>
 __device__ __forceinline__ void convert_b_row(const uint8_t* tile, const uint8_t* scales, int sf_row0,
                                               uint8_t* bf16_tile, int row, int sub, const TileCodes& codes,
                                               const int (&offsets)[8 / kPerRow]) {
-  static_assert(kPerRow == 1 || kPerRow == 2 || kPerRow == 4, "a row's 8 chunks split evenly");
+  static_assert(kPerRow == 1 || kPerRow == 2, "one or two threads a row (MXFP8's word index needs it)");
   constexpr OperandFormat kFormat = Config::kFormatB;
   constexpr int kGroup = block_size(kFormat);
   constexpr int kExponent = Config::kValueExponentB;
@@ -768,6 +768,12 @@ __device__ __forceinline__ void free_staging() {
   }
 }
 
+// One arrive of this warp on `barrier`, once every lane is done with what it guards.
+__device__ __forceinline__ void warp_arrive(uint64_t* barrier, int lane) {
+  __syncwarp();
+  if (lane == 0) mbar_arrive(barrier);
+}
+
 // After a warp decoded its share of a stage: frees the stage. One proxy fence, before the arrive,
 // orders both sides of the generic/async boundary: the bf16 tiles' stores before the wgmmas that
 // read them (the caller then hands the tiles over), and this stage's shared loads (still in flight
@@ -776,8 +782,7 @@ __device__ __forceinline__ void free_staging() {
 template <class Config>
 __device__ __forceinline__ void free_decoded_stage(const SharedStorage<Config>& smem, int stage, int lane) {
   fence_async_shared();
-  __syncwarp();
-  if (lane == 0) mbar_arrive(&smem.empty[stage]);
+  warp_arrive(&smem.empty[stage], lane);
 }
 
 template <class Config>
@@ -827,16 +832,7 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
     return (Config::kPackedB ? smem.bf16_tile(r.bf16_tile) : smem.b(r.stage)) + b_columns;
   };
   // Frees a stage once this warp's wgmmas reading it retired (stages read by wgmma).
-  const auto release = [&](int stage) {
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&smem.empty[stage]);
-  };
-
-  // Decode warps: the consumers hand a decoded buffer back once the wgmmas reading it retired.
-  const auto hand_back = [&](int slot) {
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&smem.drained[slot]);
-  };
+  const auto release = [&](int stage) { warp_arrive(&smem.empty[stage], lane); };
 
   EngineScheduler<Config> scheduler(p.schedule);
   RingPosition<Config> ring;  // of the next K tile to wait for
@@ -881,7 +877,8 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
         wgmma_wait<0>();
         for (auto& r : f) pin_registers(r);  // alive until retired: tile kt + 1 cannot reuse them
         if constexpr (!Config::kPackedB) release(ring.stage);
-        if constexpr (Config::kDecodeWarps) hand_back(ring.bf16_tile);
+        // decode warps: the bf16 tile goes back once the wgmmas reading it retired
+        if constexpr (Config::kDecodeWarps) warp_arrive(&smem.drained[ring.bf16_tile], lane);
         ring = next;
       };
       stage_in(t.k_begin, ring, sf_a, sf_b, frag[0]);
