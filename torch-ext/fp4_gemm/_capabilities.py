@@ -23,7 +23,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _halops, _nvfp4, _validate, reference
-from ._gemm import _GEMM, OUT_DTYPES, GemmCall
+from ._gemm import GEMM_OP, OUT_DTYPES, GemmCall
 from ._ops import ops
 from ._registry import NATIVE_CUDA_OPS
 
@@ -179,7 +179,7 @@ class _GemmRecorder(TorchDispatchMode):
         self.calls: list[GemmCall] = []
 
     def __torch_dispatch__(self, func: object, types: object, args: tuple = (), kwargs: dict | None = None) -> object:
-        if func == _GEMM:
+        if func == GEMM_OP:
             self.calls.append(GemmCall.from_op_arguments(*args, **(kwargs or {})))
             return None
         return func(*args, **(kwargs or {}))

@@ -8,7 +8,7 @@ arguments and runs one GemmCall; capabilities() asks the backends about the call
 (`GemmCall.backends`), and tests describe a kind of problem with `described_call`. The public
 functions build their GemmCall once per distinct metadata (with the validation verdict,
 _validate.checked) and remember its packed fields (`GemmCall.codes`); later calls of that kind
-`launch` the op with them on their own tensors, building nothing.
+run the op itself (`GEMM_OP`) with them on their own tensors, building nothing.
 
 The op takes the call's tensors, alpha_scale and two packed integers, `kind` (formats, layout,
 grouping, activation, output format) and `knobs` (schedule, variant, sm_count, warps, stages, splits,
@@ -32,7 +32,10 @@ OptTensor = torch.Tensor | None
 # bf16/fp16 output formats -> their dtype (NVFP4 outputs are packed uint8 plus flat scales)
 OUT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
-_GEMM = ops.gemm.default
+# The `gemm` op: GEMM_OP(a, b, sfa, sfb, group_index, alpha, bias, residual, out, out_scales, kind,
+# alpha_scale, knobs). The public functions' hot path calls it directly, with the `codes()` they
+# remembered for the call's metadata, on a call with rows of A and of B (GemmCall.run's rule).
+GEMM_OP = ops.gemm.default
 _GEMM_BACKENDS = ops.gemm_backends.default
 
 
@@ -73,7 +76,7 @@ class GemmCall(NamedTuple):
         """Launches the op; a call without rows of A or of B computes nothing and launches nothing."""
         if self.a.numel() == 0 or self.b.numel() == 0:
             return
-        _GEMM(*self.op_arguments())
+        GEMM_OP(*self.op_arguments())
 
     def run_on(self, backend: str) -> None:
         """Launches the op on the named backend (GemmCall.backends' names), which must serve the call on
@@ -101,7 +104,7 @@ class GemmCall(NamedTuple):
 
     def codes(self) -> tuple[int, int]:
         """The op's packed `kind` and `knobs` integers of this call: they depend on its fields other than
-        the tensors only, so a caller may remember them for calls of the same kind (`launch`)."""
+        the tensors only, so a caller may remember them for calls of the same kind (`GEMM_OP`)."""
         kind_fields = (
             self.a_format, self.b_format, self.b_interleaved, self.grouping, self.group_rows, self.activation,
             self.out_format,
@@ -154,15 +157,6 @@ _NAMES = {field: {code: name for name, code in codes.items()} for field, codes i
 _KIND_CODES: dict[tuple, int] = {}
 _KNOB_CODES: dict[tuple, int] = {}
 _MAX_CODES = 4096
-
-
-def launch(codes: tuple[int, int], tensors: tuple[OptTensor, ...], alpha_scale: float) -> None:
-    """GemmCall(...).run() of a call with rows of A and of B whose `codes()` the caller remembered with
-    its validated metadata (the public functions' hot path: no GemmCall built per call). `tensors`: the
-    op's ten tensor arguments in schema order (a, b, sfa, sfb, group_index, alpha, bias, residual, out,
-    out_scales), as op_arguments gives them."""
-    kind, knobs = codes
-    _GEMM(*tensors, kind, alpha_scale, knobs)
 
 
 def _remember(codes: dict[tuple, int], fields: tuple, code: int) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from . import _validate, reference
-from ._gemm import GemmCall, launch
+from ._gemm import GEMM_OP, GemmCall
 from ._ops import ops
 
 
@@ -40,14 +40,11 @@ def group_wise_quant(
     (values, scales): float8_e4m3fn [m, k] (mxfp8) or uint8 [m, k/2] packed E2M1 (element 2i in the
     low nibble); uint8 scales (UE8M0 for the MX modes, UE4M3 for nvfp4).
     """
-    fmt = _validate.group_wise_quant(input, mode, use_swizzle, use_pdl)
-    rows, cols = input.shape
-    dtype = torch.float8_e4m3fn if fmt.element_bits == 8 else torch.uint8
-    values = torch.empty(rows, fmt.stored_cols(cols), dtype=dtype, device=input.device)
-    nkb = cols // fmt.group
-    scale_shape = reference.swizzled_scale_shape(rows, nkb) if use_swizzle else (rows, nkb)
-    scales = torch.empty(scale_shape, dtype=torch.uint8, device=input.device)
-    ops.quantize(input, fmt.name, use_swizzle, use_pdl, values, scales)
+    recipe, values_shape, dtype, scale_shape = _validate.group_wise_quant(input, mode, use_swizzle, use_pdl)
+    device = input.device
+    values = torch.empty(*values_shape, dtype=dtype, device=device)
+    scales = torch.empty(*scale_shape, dtype=torch.uint8, device=device)
+    ops.quantize(input, recipe, use_swizzle, use_pdl, values, scales)
     return values, scales
 
 
@@ -72,7 +69,7 @@ def _halops_gemm(
     )  # fmt: skip
     _validate.halops_gemm_data(grouping, groups, input, weight, sfa, sfb, output, bias, alpha, group_index, group_rows)
     if codes is not None:
-        launch(codes, (input, weight, sfa, sfb, group_index, alpha, bias, None, output, None), 1.0)
+        GEMM_OP(input, weight, sfa, sfb, group_index, alpha, bias, None, output, None, codes[0], 1.0, codes[1])
 
 
 def _remembered(*parts: object) -> tuple[int, tuple[int, int] | None]:
@@ -179,7 +176,7 @@ def swiglu_quant_outputs(rows: int, hidden: int, is_fp4: bool, device: torch.dev
     fmt = reference.NVFP4 if is_fp4 else reference.MXFP8
     dtype = torch.uint8 if is_fp4 else torch.float8_e4m3fn
     values = torch.zeros(rows, fmt.stored_cols(hidden), dtype=dtype, device=device)
-    scales = torch.zeros(reference.swizzled_scale_shape(rows, hidden // fmt.group), dtype=torch.uint8, device=device)
+    scales = torch.zeros(*reference.swizzled_scale_shape(rows, hidden // fmt.group), dtype=torch.uint8, device=device)
     return values, scales
 
 
@@ -208,7 +205,7 @@ def permute_outputs(
     return (
         torch.empty(rows, hidden, dtype=x.dtype, device=x.device),
         torch.empty(num_local_experts, max_token_num, hidden // 32, dtype=torch.uint8, device=x.device),
-        torch.empty(topk_ids.shape, dtype=torch.int32, device=x.device),
+        torch.empty(*topk_ids.shape, dtype=torch.int32, device=x.device),
         torch.empty(num_local_experts, 1, dtype=torch.int32, device=x.device),
     )
 

@@ -23,7 +23,7 @@ from typing import NamedTuple
 import torch
 
 from . import _validate, reference
-from ._gemm import GemmCall, gemm_outputs, launch, packed_outputs
+from ._gemm import GEMM_OP, GemmCall, gemm_outputs, packed_outputs
 from ._ops import ops
 
 Tensor = torch.Tensor
@@ -139,8 +139,9 @@ class _Kind(NamedTuple):
     """What the name of a flashrt-style GEMM fixes: its GemmCall fields other than the tensors, alpha
     and the knobs, and the optional tensors it requires. Called through _validate.checked on a call's
     metadata (the kind is then one part of the key, not six; whether bias and residual are given is
-    another, so their requirement is checked once per key): the rules' M and N_out, and the op's
-    packed fields of the call's GemmCall (GemmCall.codes), which the call remembers."""
+    another, so their requirement is checked once per key; the variant as given, so its rule and
+    flashrt's ids too): the rules' M and N_out, and the op's packed fields of the call's GemmCall
+    (GemmCall.codes), which the call remembers."""
 
     activation: str = "none"
     out_format: str = "bf16"
@@ -149,6 +150,7 @@ class _Kind(NamedTuple):
     b_interleaved: bool = False
     schedule: str = "auto"
     requires: tuple[str, ...] = ()  # the optional tensors ("bias", "residual") the function requires
+    auto_variant: bool = True  # whether variant -1 (chosen by shape) is accepted
 
     def __call__(
         self,
@@ -168,6 +170,7 @@ class _Kind(NamedTuple):
     ) -> tuple[int, int, tuple[int, int]]:
         given = {"bias": bias, "residual": residual}
         _validate.required(**{name: given[name] for name in self.requires})
+        variant = _validate.variant(variant, allow_auto=self.auto_variant)
         m, n_out, _ = _validate.nvfp4_gemm_rules(
             a, b, sfa, sfb, bias, residual, self.activation, self.out_format, out, out_scales, tier_rules, warps, stages
         )  # fmt: skip
@@ -199,7 +202,7 @@ def _nvfp4_gemm(
     """Every flashrt-style GEMM: validated, its output allocated unless given, one GemmCall run.
     `workspace`: the M >= 512 tier's (its kind's schedule "m256"); `tier`: a decode tier's rules and
     knobs, (_validate.mrows, gemv or gemv_standard, warps, stages)."""
-    m, n_out, codes = _validate.checked(
+    m, n_out, (kind_code, knobs) = _validate.checked(
         kind, a, b, sfa, sfb, bias, residual, out, out_scales, workspace, *tier, variant
     )
     alpha = _validate.nvfp4_gemm_buffers(alpha, a, b, sfa, sfb, bias, residual, out, out_scales)
@@ -207,12 +210,13 @@ def _nvfp4_gemm(
         _validate.m256_buffers(workspace, (a, b, sfa, sfb, out))
     if out is None:
         out, out_scales = gemm_outputs(m, n_out, kind.out_format, a.device)
-    launch(codes, (a, b, sfa, sfb, None, None, bias, residual, out, out_scales), alpha)
+    GEMM_OP(a, b, sfa, sfb, None, None, bias, residual, out, out_scales, kind_code, alpha, knobs)
     return out if out_scales is None else (out, out_scales)
 
 
 # The kinds of the functions below.
 _BF16 = _Kind()
+_EXPLICIT_VARIANT = _Kind(auto_variant=False)
 _FP16 = _Kind(out_format="fp16")
 _STREAMK = _Kind(schedule="streamk")
 _STREAMK_BIAS = _Kind(schedule="streamk", requires=("bias",))
@@ -241,8 +245,7 @@ def nvfp4_gemm_bf16(
     variant: int = -1,
 ) -> Tensor:
     """out = alpha * A @ B^T, bfloat16 [M, N]."""
-    chosen = _validate.variant(variant)
-    return _nvfp4_gemm(_BF16, a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, variant=chosen)
+    return _nvfp4_gemm(_BF16, a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, variant=variant)
 
 
 def nvfp4_gemm_fp16(
@@ -255,8 +258,7 @@ def nvfp4_gemm_fp16(
     variant: int = -1,
 ) -> Tensor:
     """out = alpha * A @ B^T, float16 [M, N]."""
-    chosen = _validate.variant(variant)
-    return _nvfp4_gemm(_FP16, a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, variant=chosen)
+    return _nvfp4_gemm(_FP16, a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, variant=variant)
 
 
 def nvfp4_gemm_variant_bf16(
@@ -270,8 +272,7 @@ def nvfp4_gemm_variant_bf16(
 ) -> Tensor:
     """nvfp4_gemm_bf16 on an explicit schedule: variant is one of capabilities()['variants'] other than -1,
     or a flashrt schedule id (7, 10: hints that run the automatic choice)."""
-    chosen = _validate.variant(variant, allow_auto=False)
-    return _nvfp4_gemm(_BF16, a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, variant=chosen)
+    return _nvfp4_gemm(_EXPLICIT_VARIANT, a_packed, b_packed, sfa, sfb, alpha=alpha, out=out, variant=variant)
 
 
 def fp4_w4a16_linear_bf16(
@@ -676,7 +677,7 @@ def nvfp4_w4a16_marlin_bf16(
     if out is None:
         out = torch.empty(x.shape[0], weight.shape[0], dtype=torch.bfloat16, device=x.device)
     if codes is not None:
-        launch(codes, (x, weight, None, scale, None, global_scale, None, None, out, None), 1.0)
+        GEMM_OP(x, weight, None, scale, None, global_scale, None, None, out, None, codes[0], 1.0, codes[1])
     return out
 
 

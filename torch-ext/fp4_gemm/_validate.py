@@ -80,7 +80,7 @@ def checked(rules: Callable[..., T], *args: object) -> T:
         kind = type(part)
         if kind in _PLAIN_TENSORS:
             append((part.dtype, part.shape, part.device, part.is_contiguous()))
-        elif kind in _KEYED_AS_THEMSELVES:
+        elif part is None or kind in _KEYED_AS_THEMSELVES:
             append(part)
         elif isinstance(part, torch.Tensor):
             return rules(*args)
@@ -228,18 +228,17 @@ def disjoint(
     ranges meet (`_shared` then names the pair, or lets the in-place pair be)."""
     if _is_compiling():
         return
-    last = len(outputs) - 1
+    others = outputs[1:] + inputs
     for i, out in enumerate(outputs):
-        if out is None or type(out) not in _PLAIN_TENSORS:
-            continue
-        start = out.data_ptr()
-        end = start + out.nbytes
-        for t in inputs if i == last else outputs[i + 1 :] + inputs:
-            if t is not None:
-                other_start = t.data_ptr()
-                if other_start < end and start < other_start + t.nbytes:
-                    _shared(i, outputs, inputs, names, in_place)
-                    break
+        if type(out) in _PLAIN_TENSORS:  # not None, not a fake tensor
+            start = out.data_ptr()
+            end = start + out.nbytes
+            for t in others[i:]:
+                if t is not None:
+                    other_start = t.data_ptr()
+                    if other_start < end and start < other_start + t.nbytes:
+                        _shared(i, outputs, inputs, names, in_place)
+                        break
 
 
 def _shared(
@@ -323,20 +322,28 @@ def quantize_input(name: str, x: object, dtypes: Sequence[torch.dtype], group: i
     return x
 
 
-def group_wise_quant(input: object, mode: object, use_swizzle: object, use_pdl: object) -> BlockFormat:
+def group_wise_quant(
+    input: object, mode: object, use_swizzle: object, use_pdl: object
+) -> tuple[str, tuple[int, int], torch.dtype, tuple[int, int]]:
+    """group_wise_quant's rules; returns its recipe, the values' shape and dtype and the scales' shape."""
     return checked(_group_wise_quant, input, mode, use_swizzle, use_pdl)
 
 
-def _group_wise_quant(input: torch.Tensor, mode: str, use_swizzle: object, use_pdl: object) -> BlockFormat:
+def _group_wise_quant(
+    input: torch.Tensor, mode: str, use_swizzle: object, use_pdl: object
+) -> tuple[str, tuple[int, int], torch.dtype, tuple[int, int]]:
     fmt = mode_format(mode)
     boolean("use_swizzle", use_swizzle)
     boolean("use_pdl", use_pdl)
     tensor("input", input, dtypes=HALF_DTYPES, ndim=2)
     multiple("input.shape[1] (K)", input.shape[1], fmt.group, f"blocks of {fmt.group} in mode {mode!r}")
     rows, k = input.shape
-    nbytes = rows * fmt.stored_cols(k) + reference.sf_bytes(rows, k // fmt.group)
+    nkb = k // fmt.group
+    nbytes = rows * fmt.stored_cols(k) + reference.sf_bytes(rows, nkb)
     fits_in_memory("the quantized values and scales", nbytes, input.device)
-    return fmt
+    dtype = torch.float8_e4m3fn if fmt.element_bits == 8 else torch.uint8
+    scale_shape = reference.swizzled_scale_shape(rows, nkb) if use_swizzle else (rows, nkb)
+    return fmt.name, (rows, fmt.stored_cols(k)), dtype, scale_shape
 
 
 def fp4_quantizer(x: object, dtype: torch.dtype, packed: object, sfa: object) -> None:
