@@ -11,10 +11,12 @@ whose size is exactly ceil(rows/128) * ceil(K/g/4) * 512 bytes is accepted.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from . import _validate, reference
-from ._gemm import GEMM_OP, GemmCall
+from ._gemm import GemmCall, op_entry
 from ._ops import ops
 
 
@@ -63,19 +65,20 @@ def _halops_gemm(
     group_rows: int = 0,
     use_pdl: bool = True,
 ) -> None:
-    groups, codes = _validate.checked(
+    groups, codes, run = _validate.checked(
         _remembered, grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, group_index, group_rows,
         use_pdl,
     )  # fmt: skip
     _validate.halops_gemm_data(grouping, groups, input, weight, sfa, sfb, output, bias, alpha, group_index, group_rows)
     if codes is not None:
-        GEMM_OP(input, weight, sfa, sfb, group_index, alpha, bias, None, output, None, codes[0], 1.0, codes[1])
+        run(input, weight, sfa, sfb, group_index, alpha, bias, None, output, None, codes[0], 1.0, codes[1])
 
 
-def _remembered(*parts: object) -> tuple[int, tuple[int, int] | None]:
+def _remembered(*parts: object) -> tuple[int, tuple[int, int] | None, Callable[..., None]]:
     """What a halops GEMM remembers for its metadata (_validate.checked, on _halops_gemm's arguments):
-    the number of weight matrices and the op's packed fields of its GemmCall (GemmCall.codes), None
-    for a call without rows of A or of B, which launches nothing (GemmCall.run)."""
+    the number of weight matrices, the op's packed fields of its GemmCall (GemmCall.codes), None for
+    a call without rows of A or of B, which launches nothing (GemmCall.run), and the op's entry
+    (op_entry)."""
     grouping, mode, input, weight, sfa, sfb, output, bias, alpha, sm_count, group_index, max_m, use_pdl = parts
     a_format, b_format, groups, group_rows = _validate.halops_gemm_rules(*parts)
     call = GemmCall(
@@ -83,7 +86,7 @@ def _remembered(*parts: object) -> tuple[int, tuple[int, int] | None]:
         group_rows=group_rows, alpha=alpha, bias=bias, out=output, sm_count=sm_count, pdl=use_pdl,
     )  # fmt: skip
     empty = input.numel() == 0 or weight.numel() == 0
-    return groups, None if empty else call.codes()
+    return groups, None if empty else call.codes(), op_entry()
 
 
 def dense_gemm(

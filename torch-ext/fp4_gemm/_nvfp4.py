@@ -23,7 +23,7 @@ from typing import NamedTuple
 import torch
 
 from . import _validate, reference
-from ._gemm import GEMM_OP, GemmCall, gemm_outputs, packed_outputs
+from ._gemm import GemmCall, gemm_outputs, op_entry, packed_outputs
 from ._ops import ops
 
 Tensor = torch.Tensor
@@ -140,8 +140,8 @@ class _Kind(NamedTuple):
     and the knobs, and the optional tensors it requires. Called through _validate.checked on a call's
     metadata (the kind is then one part of the key, not six; whether bias and residual are given is
     another, so their requirement is checked once per key; the variant as given, so its rule and
-    flashrt's ids too): the rules' M and N_out, and the op's packed fields of the call's GemmCall
-    (GemmCall.codes), which the call remembers."""
+    flashrt's ids too): the rules' M and N_out, the op's packed fields of the call's GemmCall
+    (GemmCall.codes) and the op's entry (op_entry), which the call remembers."""
 
     activation: str = "none"
     out_format: str = "bf16"
@@ -167,7 +167,7 @@ class _Kind(NamedTuple):
         warps: int,
         stages: int,
         variant: int,
-    ) -> tuple[int, int, tuple[int, int]]:
+    ) -> tuple[int, int, tuple[int, int], Callable[..., None]]:
         given = {"bias": bias, "residual": residual}
         _validate.required(**{name: given[name] for name in self.requires})
         variant = _validate.variant(variant, allow_auto=self.auto_variant)
@@ -180,7 +180,7 @@ class _Kind(NamedTuple):
             a, b, sfa, sfb, self.a_format, self.b_format, self.b_interleaved, activation=self.activation,
             out_format=self.out_format, schedule=self.schedule, variant=variant, warps=warps, stages=stages,
         )  # fmt: skip
-        return m, n_out, call.codes()
+        return m, n_out, call.codes(), op_entry()
 
 
 def _nvfp4_gemm(
@@ -202,7 +202,7 @@ def _nvfp4_gemm(
     """Every flashrt-style GEMM: validated, its output allocated unless given, one GemmCall run.
     `workspace`: the M >= 512 tier's (its kind's schedule "m256"); `tier`: a decode tier's rules and
     knobs, (_validate.mrows, gemv or gemv_standard, warps, stages)."""
-    m, n_out, (kind_code, knobs) = _validate.checked(
+    m, n_out, (kind_code, knobs), run = _validate.checked(
         kind, a, b, sfa, sfb, bias, residual, out, out_scales, workspace, *tier, variant
     )
     alpha = _validate.nvfp4_gemm_buffers(alpha, a, b, sfa, sfb, bias, residual, out, out_scales)
@@ -210,7 +210,7 @@ def _nvfp4_gemm(
         _validate.m256_buffers(workspace, (a, b, sfa, sfb, out))
     if out is None:
         out, out_scales = gemm_outputs(m, n_out, kind.out_format, a.device)
-    GEMM_OP(a, b, sfa, sfb, None, None, bias, residual, out, out_scales, kind_code, alpha, knobs)
+    run(a, b, sfa, sfb, None, None, bias, residual, out, out_scales, kind_code, alpha, knobs)
     return out if out_scales is None else (out, out_scales)
 
 
@@ -672,20 +672,21 @@ def nvfp4_w4a16_marlin_bf16(
 ) -> Tensor:
     """out = x @ dequant(W)^T * global_scale, bfloat16 [M, N], for bf16 x [M, K] (any M >= 1) and the
     operands of adopt_nvfp4_w4a16_marlin. Allocates nothing when `out` is given; CUDA-graph safe."""
-    codes = _validate.checked(_w4a16_remembered, x, weight, scale, global_scale, workspace, out)
+    codes, run = _validate.checked(_w4a16_remembered, x, weight, scale, global_scale, workspace, out)
     _validate.w4a16_gemm_buffers(x, weight, scale, global_scale, workspace, out)
     if out is None:
         out = torch.empty(x.shape[0], weight.shape[0], dtype=torch.bfloat16, device=x.device)
     if codes is not None:
-        GEMM_OP(x, weight, None, scale, None, global_scale, None, None, out, None, codes[0], 1.0, codes[1])
+        run(x, weight, None, scale, None, global_scale, None, None, out, None, codes[0], 1.0, codes[1])
     return out
 
 
 def _w4a16_remembered(
     x: Tensor, weight: Tensor, scale: Tensor, global_scale: Tensor, workspace: Tensor, out: OptTensor
-) -> tuple[int, int] | None:
+) -> tuple[tuple[int, int] | None, Callable[..., None]]:
     """What nvfp4_w4a16_marlin_bf16 remembers for its metadata (_validate.checked): its GemmCall's
-    packed fields, None for a weight without rows (nothing to launch, as GemmCall.run)."""
+    packed fields, None for a weight without rows (nothing to launch, as GemmCall.run), and the op's
+    entry (op_entry)."""
     _validate.w4a16_gemm_rules(x, weight, scale, global_scale, workspace, out)
     call = GemmCall(x, weight, None, scale, "bf16", "nvfp4", alpha=global_scale)
-    return None if weight.numel() == 0 else call.codes()
+    return None if weight.numel() == 0 else call.codes(), op_entry()
