@@ -63,22 +63,31 @@ __device__ __forceinline__ typename Pair<T>::Type decode_e2m1_pair(uint32_t n) {
   return __hmul2(pair_from_bits<T>(bits), pair_from_bits<T>(Pair<T>::kE2M1Unbias));
 }
 
-// Nibbles j and j + 4 of `codes` (the nibble_pair_stride4 pairing) -> the E2M1 bit patterns of
-// decode_e2m1_pair, before its unbias multiply (value * 2^(1 - bias); subnormal patterns for
-// 0 and 0.5). The bit placement is one integer multiply: the masked nibbles times 2^a + 2^b land
-// as two copies that do not overlap (so no carries), the sign bit in place in one and the
-// magnitude in the other, and one mask keeps both. Cheaper than shifting: the multiply runs on the
-// FMA pipe, which the GEMM mainloops leave idler than the integer pipe.
-template <class T>
-__device__ __forceinline__ typename Pair<T>::Type e2m1_stride4_patterns(uint32_t codes, int j) {
-  // In fp16 the magnitude copy (bits 9..12) would overlap the sign copy (12..15) and carry.
-  static_assert(std::is_same_v<T, __nv_bfloat16>, "the multiply placement is exact for bf16 only");
-  constexpr int kShift = Pair<T>::kExponentShift - 1;  // magnitude bits go to kShift .. kShift + 2
-  const uint32_t word = j < 2 ? codes : codes >> 8;    // nibbles j, j + 4 now at bits 4(j % 2)
+// Nibbles j and j + 4 of `codes` (the nibble_pair_stride4 pairing) -> two 16-bit patterns: the
+// nibble's bit 3 (the sign) at bit 15, its bits 0-2 at kMagnitude .. kMagnitude + 2, the rest 0.
+// The bit placement is one integer multiply: the masked nibbles times 2^a + 2^b land as two copies
+// that do not overlap (so no carries), the sign bit in place in one and the magnitude in the other,
+// and one mask keeps both. Cheaper than shifting: the multiply runs on the FMA pipe, which the GEMM
+// mainloops leave idler than the integer pipe. Nibbles 2 and 3 are shifted down a byte first: a
+// 64-bit multiply whose high word is the magnitude copy saves that shift but ran the Hopper
+// engine's 4-bit decoders 3-10% slower on the H200 (benchmarks/NOTES.md, session 13).
+template <int kMagnitude>
+__device__ __forceinline__ uint32_t stride4_patterns(uint32_t codes, int j) {
+  // kMagnitude + 2 < 12: the magnitude copy stays below the sign copy (in fp16's 9 it would not).
+  static_assert(kMagnitude >= 4 && kMagnitude <= 8, "the two copies must not overlap");
+  constexpr uint32_t kKeep = 0x80008000u | (0x00070007u << kMagnitude);
+  const uint32_t word = j < 2 ? codes : codes >> 8;  // nibbles j, j + 4 now at bits 4(j % 2)
   const int low = 4 * (j % 2);
   const uint32_t n = word & (0x000F000Fu << low);
-  const uint32_t copies = n * ((1u << (12 - low)) + (1u << (kShift - low)));
-  return pair_from_bits<T>(copies & (0x80008000u | (0x00070007u << kShift)));
+  return (n * ((1u << (12 - low)) + (1u << (kMagnitude - low)))) & kKeep;
+}
+
+// The E2M1 bit patterns of decode_e2m1_pair, before its unbias multiply (value * 2^(1 - bias);
+// subnormal patterns for 0 and 0.5), of stride4_patterns' pairing.
+template <class T>
+__device__ __forceinline__ typename Pair<T>::Type e2m1_stride4_patterns(uint32_t codes, int j) {
+  static_assert(std::is_same_v<T, __nv_bfloat16>, "the multiply placement is exact for bf16 only");
+  return pair_from_bits<T>(stride4_patterns<Pair<T>::kExponentShift - 1>(codes, j));
 }
 
 template <class T>
