@@ -338,12 +338,11 @@ def _group_wise_quant(
     tensor("input", input, dtypes=HALF_DTYPES, ndim=2)
     multiple("input.shape[1] (K)", input.shape[1], fmt.group, f"blocks of {fmt.group} in mode {mode!r}")
     rows, k = input.shape
-    nkb = k // fmt.group
-    nbytes = rows * fmt.stored_cols(k) + reference.sf_bytes(rows, nkb)
-    fits_in_memory("the quantized values and scales", nbytes, input.device)
+    cols, nkb = fmt.stored_cols(k), k // fmt.group
+    fits_in_memory("the quantized values and scales", rows * cols + reference.sf_bytes(rows, nkb), input.device)
     dtype = torch.float8_e4m3fn if fmt.element_bits == 8 else torch.uint8
     scale_shape = reference.swizzled_scale_shape(rows, nkb) if use_swizzle else (rows, nkb)
-    return fmt.name, (rows, fmt.stored_cols(k)), dtype, scale_shape
+    return fmt.name, (rows, cols), dtype, scale_shape
 
 
 def fp4_quantizer(x: object, dtype: torch.dtype, packed: object, sfa: object) -> None:
