@@ -12,8 +12,11 @@ cleared before every run). Ratio = cuBLAS time / the build's time.
 and the 64 x 256 tiles of one build); outputs are compared bit for bit among the columns of one
 variant. `--backends sm90_engine,composition` times each build's dense rows on those backends, by
 name (columns build:backend; outputs compared among the columns of one backend): where the fused
-engine and the composition floor cross. `--shapes 64x4096x7168,...` and `--formats nvfp4,mxfp8`
-replace the default rows; `--no-masked` leaves out the grouped rows.
+engine and the composition floor cross. `--shapes 64x4096x7168,...` (or "" for none) and `--formats nvfp4,mxfp8`
+replace the default rows; `--no-masked` leaves out the grouped rows. `--contiguous 64x16,256x64`
+adds MoE decode rows of group_contiguous_gemm (experts x tokens, each token routed to 8 random
+experts, rows sorted by expert; weights CONTIGUOUS_NK; peer torch._grouped_mm on the bf16 operands),
+on whichever backend serves them.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 
 import torch
 import triton.testing
+from bench_gemm_skinny import grouped_mm_bf16
 from kernels import get_local_kernel
 
 MODES = {"mxfp8": "w8a8-mxfp8", "mxfp4": "w4a4-mxfp4", "nvfp4": "w4a4-nvfp4"}
@@ -41,6 +45,7 @@ SHAPES = (
     (512, 7168, 2048),
 )
 MASKED = (8, 256, 4096, 7168)  # experts, rows per expert, N, K
+CONTIGUOUS_NK, CONTIGUOUS_TOPK = (2048, 7168), 8
 
 
 def median_us(fn) -> float:
@@ -89,6 +94,47 @@ def report(tag: str, peer_us: float, times: dict, same: bool) -> str:
     return f"{tag} cublas {peer_us:7.1f} | {cells} | bitwise equal {same}"
 
 
+def routed_ids(experts: int, tokens: int, seed: int) -> torch.Tensor:
+    """Expert ids of tokens x CONTIGUOUS_TOPK rows, each token's experts distinct, sorted."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    picks = torch.rand(tokens, experts, generator=g, device="cuda").argsort(dim=1)[:, :CONTIGUOUS_TOPK]
+    return picks.flatten().sort().values.to(torch.int32)
+
+
+def expert_weights(rows: int, k: int, chunk: int = 1 << 16):
+    """bf16 weight rows in chunks of whole 128-row scale tiles (a float32 randn of all would not fit)."""
+    for first in range(0, rows, chunk):
+        yield (torch.randn(min(chunk, rows - first), k, device="cuda") * 0.05).to(torch.bfloat16)
+
+
+def contiguous_rows(builds: dict, ref, cases: list[tuple[int, int]], fmt: str = "nvfp4") -> list[dict]:
+    """One row per (experts, tokens): group_contiguous_gemm of every build, torch._grouped_mm the peer."""
+    fp4 = next(iter(builds.values()))
+    n, k = CONTIGUOUS_NK
+    rows = []
+    for experts, tokens in cases:
+        ids = routed_ids(experts, tokens, experts + tokens)
+        x = torch.randn(ids.numel(), k, device="cuda").to(torch.bfloat16)
+        a, sfa = fp4.group_wise_quant(x, MODES[fmt])
+        parts = [fp4.group_wise_quant(w, MODES[fmt]) for w in expert_weights(experts * n, k)]
+        b, sfb = torch.cat([v for v, _ in parts]), torch.cat([s for _, s in parts])
+        alpha = torch.ones(experts, device="cuda")
+        a_bf = ref.dequantize(a, sfa, ref.FORMATS[fmt]).to(torch.bfloat16)
+        b_bf = ref.dequantize(b, sfb, ref.FORMATS[fmt]).to(torch.bfloat16).reshape(experts, n, k)
+        offs = torch.bincount(ids.long(), minlength=experts).cumsum(0).to(torch.int32)
+        peer = median_us(grouped_mm_bf16(a_bf, b_bf, offs))
+        b = b.reshape(experts, n, -1)
+
+        def contiguous(mod, out, variant, backend, a=a, sfa=sfa, b=b, sfb=sfb, ids=ids, alpha=alpha):
+            return lambda: mod.group_contiguous_gemm(a, b, sfa, sfb, ids, out, alpha=alpha, mode=MODES[fmt])
+
+        times, same = timed(builds, contiguous, (ids.numel(), n))
+        rows.append(dict(grouping="contiguous", experts=experts, tokens=tokens, topk=CONTIGUOUS_TOPK, m=ids.numel(),
+                         n=n, k=k, fmt=fmt, grouped_mm_us=peer, bitwise_equal=same, us=times))  # fmt: skip
+        print(report(f"contiguous {experts}x{tokens} m={ids.numel()} {n} {k} {fmt}", peer, times, same), flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("builds", nargs="+", help="name=repository path, the first is the reference")
@@ -98,10 +144,11 @@ def main() -> None:
     parser.add_argument("--shapes", default=None, help="comma-separated MxNxK (default: SHAPES)")
     parser.add_argument("--formats", default=",".join(FORMATS), help="comma-separated, of " + ", ".join(FORMATS))
     parser.add_argument("--no-masked", action="store_true", help="leave out the grouped masked rows")
+    parser.add_argument("--contiguous", default="", help="comma-separated EXPERTSxTOKENS decode rows")
     args = parser.parse_args()
     variants = tuple(int(v) for v in args.variants.split(","))
     columns = column_labels(variants, tuple(args.backends.split(",")))
-    shapes = SHAPES if args.shapes is None else [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")]
+    shapes = SHAPES if args.shapes is None else [tuple(map(int, s.split("x"))) for s in args.shapes.split(",") if s]
     formats = args.formats.split(",")
     builds = {name: get_local_kernel(Path(path)) for name, path in (b.split("=", 1) for b in args.builds)}
     fp4 = next(iter(builds.values()))
@@ -158,6 +205,8 @@ def main() -> None:
             )
         )
         print(report(f"masked {experts}x{per} {n} {k} {fmt:6s}", bmm, times, same), flush=True)
+    cases = [tuple(map(int, c.split("x"))) for c in args.contiguous.split(",") if c]
+    rows += contiguous_rows(builds, ref, cases)
     if args.json:
         args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows}, indent=1) + "\n")
 

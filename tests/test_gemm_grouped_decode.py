@@ -217,6 +217,64 @@ def test_contiguous_decode_skips_out_of_range_ids(fp4, ref):
     assert_grouped_output(out, ops, ids.long(), (ids >= 0) & (ids < experts), "out-of-range ids")
 
 
+def routed_ids(experts: int, rows: int, padding: int, seed: int) -> torch.Tensor:
+    """`rows` ids: random experts sorted, then `padding` of them turned into -1 padding rows."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    ids = torch.randint(0, experts, (rows,), generator=g, device="cuda").sort().values.to(torch.int32)
+    ids[torch.randperm(rows, generator=g, device="cuda")[:padding]] = -1
+    return ids
+
+
+@requires_cuda
+@pytest.mark.parametrize(
+    "experts, rows",
+    [(1000, 600), (64, 1024), (96, 1100)],
+    ids=["1000-experts-spans-in-block", "1024-rows-spans-in-block", "1100-rows-spans-kernel"],
+)
+def test_contiguous_decode_of_many_experts_or_rows_is_within_the_bound(fp4, ref, experts, rows):
+    """Up to 1024 rows and experts every CTA finds the spans itself (skinny/backend.cu,
+    kBlockSpanLimit; 8 bytes of shared memory per expert); above, find_group_spans' kernel does."""
+    n, k = 128, 256
+    ids = routed_ids(experts, rows, padding=rows // 10, seed=experts + rows)
+    ops = GroupedOperands(fp4, ref, "nvfp4", "nvfp4", experts, rows, n, k, seed=62)
+    out = poisoned_out(rows, n)
+    fp4.group_contiguous_gemm(ops.a, ops.b, ops.sfa, ops.sfb, ids, out, bias=ops.bias, alpha=ops.alpha,
+                              mode="w4a4-nvfp4")  # fmt: skip
+    assert_grouped_output(out, ops, ids.long(), ids >= 0, f"{experts} experts, {rows} rows")
+
+
+@requires_cuda
+def test_contiguous_decode_replays_with_new_ids_and_is_bitwise_deterministic(fp4, ref):
+    ids = contiguous_ids(CONTIGUOUS_LAYOUT)
+    experts, rows, n, k = 8, ids.numel(), 256, 512
+    ops = GroupedOperands(fp4, ref, "nvfp4", "nvfp4", experts, rows, n, k, seed=63)
+
+    def call(out: torch.Tensor) -> None:
+        fp4.group_contiguous_gemm(ops.a, ops.b, ops.sfa, ops.sfb, ids, out, bias=ops.bias, alpha=ops.alpha,
+                                  mode="w4a4-nvfp4")  # fmt: skip
+
+    first, again = poisoned_out(rows, n), poisoned_out(rows, n)
+    call(first)
+    call(again)
+    assert_bitwise_equal(again, first, "run to run")
+    start = ids.clone()
+    out = poisoned_out(rows, n)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call(out)
+    for layout in ([(0, 20), (6, 48)], [(-1, 67), (7, 1)], [(-1, 68)], [(e, 8) for e in range(8)] + [(-1, 4)]):
+        ids.copy_(contiguous_ids(layout))
+        out.view(torch.uint8).fill_(POISON_BYTE)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_grouped_output(out, ops, ids.long(), ids >= 0, f"replay {layout}")
+    ids.copy_(start)
+    out.view(torch.uint8).fill_(POISON_BYTE)
+    graph.replay()
+    assert_bitwise_equal(out, first, "graph replay")
+
+
 # ---- W4A16 ---------------------------------------------------------------------------------------------
 
 

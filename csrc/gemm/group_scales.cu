@@ -55,23 +55,6 @@ __device__ long long block_exclusive_sum(long long value, long long* total) {
   return result;
 }
 
-// Run by one whole block: (1) every expert empty, (2) the rows where an expert's run starts or
-// ends lower its first / raise its last (one atomic per expert for valid ids).
-__device__ void find_first_last(const int32_t* ids, int m, int groups, int32_t* first, int32_t* last) {
-  for (int e = threadIdx.x; e < groups; e += blockDim.x) {
-    first[e] = INT_MAX;
-    last[e] = -1;
-  }
-  __syncthreads();
-  for (int r = threadIdx.x; r < m; r += blockDim.x) {
-    const int id = ids[r];
-    if (id < 0 || id >= groups) continue;
-    if (r == 0 || ids[r - 1] != id) atomicMin(&first[id], r);
-    if (r == m - 1 || ids[r + 1] != id) atomicMax(&last[id], r);
-  }
-  __syncthreads();
-}
-
 // One block: first and last row of every expert (find_first_last), then (3) rows and tiles per
 // expert in order, clamped to the capacity, and the expert of every tile.
 __global__ void __launch_bounds__(kGroupThreads) group_rows_kernel(const GroupRowsParams p) {
@@ -116,16 +99,11 @@ struct GroupSpansParams {
   int32_t* rows;
 };
 
-// One block: each expert's span, from its first to its last row (first 0, rows 0 without any).
+// One block: each expert's span (grouping.cuh, find_spans) into global memory.
 __global__ void __launch_bounds__(kGroupThreads) group_spans_kernel(const GroupSpansParams p) {
   griddep_wait();
   griddep_launch_dependents();
-  find_first_last(p.ids, p.m, p.groups, p.first, p.rows);
-  for (int e = threadIdx.x; e < p.groups; e += kGroupThreads) {
-    const int start = p.first[e], end = p.rows[e];
-    p.first[e] = end >= start ? start : 0;
-    p.rows[e] = end >= start ? end - start + 1 : 0;
-  }
+  find_spans(p.ids, p.m, p.groups, p.first, p.rows);
 }
 
 struct StridedRowsParams {
@@ -209,16 +187,21 @@ void find_group_spans(const int32_t* ids, int64_t m, int64_t groups, int32_t* fi
   launch_kernel(group_spans_kernel, dim3(1), dim3(kGroupThreads), 0, stream, pdl, params);
 }
 
-GroupRows device_group_rows(const GemmProblem& p, int32_t* spans, cudaStream_t stream) {
+GroupRows group_rows_without_spans(const GemmProblem& p) {
   GroupRows rows;
   rows.grouping = p.grouping;
   rows.groups = p.groups;
   rows.m = p.m;
   rows.group_rows = p.group_rows;
   if (p.grouping == Grouping::Masked) rows.counts = p.group_index;
+  if (p.grouping == Grouping::Contiguous) rows.ids = p.group_index;
+  return rows;
+}
+
+GroupRows device_group_rows(const GemmProblem& p, int32_t* spans, cudaStream_t stream) {
+  GroupRows rows = group_rows_without_spans(p);
   if (p.grouping == Grouping::Contiguous) {
     find_group_spans(p.group_index, p.m, p.groups, spans, spans + p.groups, p.pdl, stream);
-    rows.ids = p.group_index;
     rows.first = spans;
     rows.rows = spans + p.groups;
   }

@@ -6,7 +6,9 @@
 //   Batched:    group g owns rows [g R, (g + 1) R), R = group_rows.
 //   Masked:     group g owns rows [g R, g R + clamp(counts[g], 0, R)).
 //   Contiguous: group g's rows lie in its span [first[g], first[g] + rows[g]), from its first to its
-//               last row with id g (find_group_spans, group_scales.h, writes the spans from the ids);
+//               last row with id g (find_spans below: a kernel of its own, find_group_spans in
+//               group_scales.h, writes them to global memory; for few rows (spans_in_block) every
+//               block of the GEMM kernel writes them to its shared memory instead, the block spans);
 //               inside the span it owns the rows whose id is g. Valid ids (docs/API.md) make every
 //               span hold only its own rows; other ids still never cause an access out of bounds.
 //
@@ -16,6 +18,7 @@
 
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "csrc/gemm/problem.h"
@@ -28,6 +31,15 @@ struct GroupSpan {
   int64_t rows;
 };
 
+// Contiguous problems of at most this many rows and groups: the GEMM kernel's blocks find the spans
+// themselves (a memory round trip or two in their prologue, against a second launch and a scratch
+// allocation), into 2 * groups int32 of their shared memory.
+constexpr int64_t kBlockSpanLimit = 1024;
+
+inline bool spans_in_block(const GemmProblem& p) {
+  return p.grouping == Grouping::Contiguous && p.m <= kBlockSpanLimit && p.groups <= kBlockSpanLimit;
+}
+
 struct GroupRows {
   Grouping grouping = Grouping::Dense;
   int64_t groups = 1;
@@ -35,24 +47,26 @@ struct GroupRows {
   int64_t group_rows = 0;  // R of Batched and Masked
   const int32_t* counts = nullptr;  // Masked: [groups] valid rows per group
   const int32_t* ids = nullptr;     // Contiguous: [m] expert id per row
-  const int32_t* first = nullptr;   // Contiguous: [groups] spans (find_group_spans)
-  const int32_t* rows = nullptr;
+  const int32_t* first = nullptr;   // Contiguous: [groups] spans (find_group_spans); null where the
+  const int32_t* rows = nullptr;    // blocks find them, and span() is given those block spans
 
   template <Grouping kGrouping>
-  __device__ __forceinline__ GroupSpan span(int64_t g) const {
+  __device__ __forceinline__ GroupSpan span(int64_t g, const int32_t* block_spans = nullptr) const {
     if constexpr (kGrouping == Grouping::Batched) {
       return {g * group_rows, group_rows};
     } else if constexpr (kGrouping == Grouping::Masked) {
       const int64_t count = counts[g];
       return {g * group_rows, count < 0 ? 0 : count > group_rows ? group_rows : count};
     } else if constexpr (kGrouping == Grouping::Contiguous) {
+      if (block_spans != nullptr) return {block_spans[g], block_spans[groups + g]};
       return {first[g], rows[g]};
     } else {
       return {0, m};
     }
   }
 
-  __device__ __forceinline__ GroupSpan span(int64_t g) const {
+  __device__ __forceinline__ GroupSpan span(int64_t g, const int32_t* block_spans = nullptr) const {
+    if (block_spans != nullptr) return {block_spans[g], block_spans[groups + g]};  // only Contiguous has them
     switch (grouping) {
       case Grouping::Batched: return span<Grouping::Batched>(g);
       case Grouping::Masked: return span<Grouping::Masked>(g);
@@ -66,6 +80,51 @@ struct GroupRows {
     return grouping != Grouping::Contiguous || ids[row] == g;
   }
 };
+
+// Run by a whole block (it synchronizes the block): group g's first and last row with id g into
+// first[g] and last[g] (INT_MAX and -1 without any), global or shared memory. The rows where a run of
+// ids starts or ends lower its first or raise its last: one atomic per group for valid ids. Each
+// thread loads kBatch rows' ids before it compares, so a few hundred rows a thread cost one memory
+// round trip rather than one per row (the ids are read-only while a kernel runs).
+__device__ inline void find_first_last(const int32_t* ids, int m, int groups, int32_t* first, int32_t* last) {
+  constexpr int kBatch = 4;
+  for (int e = threadIdx.x; e < groups; e += blockDim.x) {
+    first[e] = INT_MAX;
+    last[e] = -1;
+  }
+  __syncthreads();
+  const int stride = int(blockDim.x);
+  for (int base = int(threadIdx.x); base < m; base += kBatch * stride) {
+    int id[kBatch], before[kBatch], after[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int r = base + i * stride;
+      id[i] = r < m ? __ldg(ids + r) : -1;
+      before[i] = r > 0 && r < m ? __ldg(ids + r - 1) : -1;
+      after[i] = r + 1 < m ? __ldg(ids + r + 1) : -1;
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int r = base + i * stride;
+      if (id[i] < 0 || id[i] >= groups) continue;
+      if (before[i] != id[i]) atomicMin(&first[id[i]], r);
+      if (after[i] != id[i]) atomicMax(&last[id[i]], r);
+    }
+  }
+  __syncthreads();
+}
+
+// Run by a whole block: the contiguous spans GroupRows reads, first[g] and rows[g] from group g's
+// first to its last row (0 and 0 without any), global or shared memory.
+__device__ inline void find_spans(const int32_t* ids, int m, int groups, int32_t* first, int32_t* rows) {
+  find_first_last(ids, m, groups, first, rows);
+  for (int e = threadIdx.x; e < groups; e += blockDim.x) {
+    const int start = first[e], end = rows[e];
+    first[e] = end >= start ? start : 0;
+    rows[e] = end >= start ? end - start + 1 : 0;
+  }
+  __syncthreads();
+}
 
 // Walks the groups in order for a rising sequence of work-unit indices, where group g has
 // units(span(g)) units: each call moves forward only, so a CTA's whole walk reads every group's
@@ -89,15 +148,21 @@ struct GroupCursor {
     return true;
   }
 
+  // block_spans: a contiguous problem's spans in the block's shared memory, if it found them.
   template <class Units>
-  __device__ __forceinline__ bool seek(const GroupRows& rows, int64_t unit, const Units& units) {
-    return seek(rows.groups, unit, [&rows](int64_t g) { return rows.span(g); }, units);
+  __device__ __forceinline__ bool seek(const GroupRows& rows, int64_t unit, const Units& units,
+                                       const int32_t* block_spans = nullptr) {
+    return seek(rows.groups, unit, [&rows, block_spans](int64_t g) { return rows.span(g, block_spans); }, units);
   }
 };
 
+// The GroupRows of a problem without a contiguous problem's spans (first and rows stay null): for a
+// kernel whose blocks find them (spans_in_block). Defined in group_scales.cu, as the next.
+GroupRows group_rows_without_spans(const GemmProblem& p);
+
 // The GroupRows of a problem, for a kernel launched next on `stream`. A contiguous problem's spans
 // are found first (find_group_spans, stream-ordered) into spans[0, 2 * groups): int32 device memory,
-// the caller's scratch. Defined in group_scales.cu.
+// the caller's scratch.
 GroupRows device_group_rows(const GemmProblem& p, int32_t* spans, cudaStream_t stream);
 
 }  // namespace fp4_gemm

@@ -249,11 +249,12 @@ struct Plan {
   int stage_bytes;
   int act_offset;
   int act_bytes;
+  int span_offset;
   size_t smem;
 };
 
 // The shared memory of a configuration (kernel.cuh's layout): `stages` ring buffers, then the two
-// activation buffers, which the partial sums reuse.
+// activation buffers, which the partial sums reuse, then the CTA's own contiguous spans.
 void size_shared_memory(const GemmProblem& p, Plan& plan, int max_smem) {
   const int bits = element_bits(p.b.format);
   const int slab_blocks = kSlabBytes * 8 / bits / block_size(p.b.format);
@@ -264,11 +265,13 @@ void size_shared_memory(const GemmProblem& p, Plan& plan, int max_smem) {
   plan.act_bytes = plan.lanes * plan.token_tiles * kChunkWords * 32 * word_bytes;
   const int partial_bytes = plan.token_tiles * kTileTokens * kPartialStride * 4;
   const int act_region = std::max(2 * plan.act_bytes, partial_bytes);
-  const int fit = (max_smem - act_region) / plan.stage_bytes;
+  const int span_region = spans_in_block(p) ? int(scratch_part_bytes(2 * p.groups * 4)) : 0;
+  const int fit = (max_smem - act_region - span_region) / plan.stage_bytes;
   if (fit < 1) throw std::runtime_error("fp4_gemm skinny: the kernel configuration does not fit in shared memory");
   plan.stages = std::min(plan.stages, fit);
   plan.act_offset = plan.stages * plan.stage_bytes;
-  plan.smem = size_t(plan.act_offset) + size_t(act_region);
+  plan.span_offset = spans_in_block(p) ? plan.act_offset + act_region : -1;
+  plan.smem = size_t(plan.act_offset) + size_t(act_region) + size_t(span_region);
 }
 
 // Units the problem may have: exact for dense and batched (one per group, 16-row chunk and row
@@ -658,8 +661,11 @@ void run_register_stream(const GemmProblem& p, const StreamPlan& plan, cudaStrea
 
 int64_t span_bytes(const GemmProblem& p) { return scratch_part_bytes(2 * p.groups * 4); }
 
-// Contiguous problems: each group's span of rows (find_group_spans, from the ids on the device).
-int64_t scratch_bytes(const GemmProblem& p) { return p.grouping == Grouping::Contiguous ? span_bytes(p) : 0; }
+// Contiguous problems the CTAs do not find the spans of themselves: each group's span of rows
+// (find_group_spans, from the ids on the device).
+int64_t scratch_bytes(const GemmProblem& p) {
+  return p.grouping == Grouping::Contiguous && !spans_in_block(p) ? span_bytes(p) : 0;
+}
 
 void run(const GemmProblem& p, cudaStream_t stream) {
   const StreamPlan stream_plan = choose_stream_plan(p);
@@ -690,12 +696,15 @@ void run(const GemmProblem& p, cudaStream_t stream) {
   args.stage_bytes = plan.stage_bytes;
   args.act_offset = plan.act_offset;
   args.act_bytes = plan.act_bytes;
+  args.span_offset = plan.span_offset;
   args.epilogue = p.epilogue;
   args.unbias = exp2i(plan.choice.unbias_exponent);
-  if (p.grouping == Grouping::Contiguous && (p.scratch == nullptr || p.scratch_bytes < span_bytes(p))) {
+  const int64_t needed = scratch_bytes(p);
+  if (needed > 0 && (p.scratch == nullptr || p.scratch_bytes < needed)) {
     throw std::runtime_error("fp4_gemm skinny: a contiguous grouping needs the scratch scratch_bytes() asks for");
   }
-  args.groups = device_group_rows(p, static_cast<int32_t*>(p.scratch), stream);
+  args.groups =
+      spans_in_block(p) ? group_rows_without_spans(p) : device_group_rows(p, static_cast<int32_t*>(p.scratch), stream);
   launch_clusters(plan.choice.kernel, plan.clusters * plan.splits, plan.threads, plan.smem, plan.splits, p.pdl, stream,
                   args);
 }

@@ -8,6 +8,8 @@
 // slices of K. Clusters walk the units in a rising sequence (GroupCursor), so that a group with no
 // rows has no unit and reads no weight byte, and a group with more than 16 rows has one unit per
 // 16-row chunk (its weight streams once per chunk).
+// A contiguous problem's spans come from find_group_spans' kernel, or, for few rows, from every CTA
+// itself (grouping.cuh's block spans, found in the prologue): one launch instead of two.
 //
 // Streaming. One producer warp fills a ring of `stages` shared buffers, each completing on an
 // mbarrier: a *stage* is the unit's 128 rows x L slabs of 64 bytes, one TMA box (cp.async.bulk.tensor;
@@ -84,6 +86,8 @@ struct SkinnyArgs {
   int stage_bytes;
   int act_offset;   // the two activation buffers (and the partial sums), after the ring
   int act_bytes;    // one activation buffer
+  int span_offset;  // >= 0: a contiguous problem's block spans (grouping.cuh, spans_in_block) in
+                    // the shared memory from here; -1: groups.first and groups.rows
   GemmEpilogue epilogue;
   float unbias;     // 2^(the codecs' unbias exponents)
 };
@@ -104,10 +108,11 @@ struct UnitWalk {
   int64_t stride;
   int64_t row_blocks;
 
-  __device__ __forceinline__ bool advance(const GroupRows& groups, Unit& unit) {
+  // block_spans: the CTA's own contiguous spans (shared memory), or null: the GroupRows'.
+  __device__ __forceinline__ bool advance(const GroupRows& groups, const int32_t* block_spans, Unit& unit) {
     const int64_t row_blocks_ = row_blocks;
     const auto units = [row_blocks_](const GroupSpan& span) { return row_blocks_ * ceil_div(span.rows, kMaxTokens); };
-    if (!cursor.seek(groups, next, units)) return false;
+    if (!cursor.seek(groups, next, units, block_spans)) return false;
     const int64_t local = next - cursor.base;
     const int64_t chunk = local / row_blocks;
     const int64_t rows_left = cursor.span.rows - chunk * kMaxTokens;
@@ -271,6 +276,12 @@ struct SkinnyKernel {
     }
   }
 
+  // The CTA's contiguous spans, where it finds them (span_offset >= 0), else null. Recomputed from
+  // the parameters where needed rather than held in a register through the slab loop.
+  __device__ static const int32_t* block_spans(const SkinnyArgs& args, const uint8_t* smem) {
+    return args.span_offset >= 0 ? reinterpret_cast<const int32_t*>(smem + args.span_offset) : nullptr;
+  }
+
   // ---- the producer warp ------------------------------------------------------------------------
 
   __device__ static void produce(const SkinnyArgs& args, uint8_t* smem, uint64_t* full, uint64_t* empty,
@@ -278,7 +289,7 @@ struct SkinnyKernel {
     constexpr int64_t kElementsPerByte = 8 / CodecB::kElementBits;
     uint32_t it = 0;
     Unit unit;
-    while (walk.advance(args.groups, unit)) {
+    while (walk.advance(args.groups, block_spans(args, smem), unit)) {
       const int64_t local_row0 = unit.row_block * kBlockRows;
       const int rows = int(args.n - local_row0 < kBlockRows ? args.n - local_row0 : kBlockRows);
       const int64_t row0 = unit.group * args.n + local_row0;  // of the flattened [groups * n, K] weight
@@ -380,7 +391,7 @@ struct SkinnyKernel {
     uint32_t it = 0;
     uint32_t units_done = 0;
     Unit unit;
-    while (walk.advance(args.groups, unit)) {
+    while (walk.advance(args.groups, block_spans(args, smem), unit)) {
       // The partial sums alias the activation buffers: every rank must have read this CTA's last ones.
       if (args.splits > 1 && units_done > 0) mbarrier_wait_cluster(consumed, (units_done - 1) & 1);
       Acc acc = {};
@@ -471,6 +482,12 @@ struct SkinnyKernel {
     walk.next = int64_t(blockIdx.x) / args.splits;
     walk.stride = int64_t(gridDim.x) / args.splits;
     walk.row_blocks = args.row_blocks;
+    if (args.span_offset >= 0) {
+      // Few rows: reading the ids here costs less than a kernel launch of their own.
+      int32_t* spans = reinterpret_cast<int32_t*>(smem + args.span_offset);
+      const int groups = int(args.groups.groups);
+      find_spans(args.groups.ids, int(args.groups.m), groups, spans, spans + groups);
+    }
     if (warp == consumers) {
       produce(args, smem, full, empty, slab_begin, slab_end, walk, lane);
     } else {

@@ -185,7 +185,8 @@ bool bf16_b(const GemmProblem& p) {
 }
 
 // The scratch the op allocates for a launch (GemmBackend::scratch_bytes), 256-byte aligned parts:
-// stream-K flags, stream-K partial tiles, the bf16 B; or the contiguous groups' spans.
+// stream-K flags, stream-K partial tiles, the bf16 B; or the contiguous groups' spans (unless the
+// kernel's blocks find them: spans_in_block).
 struct Scratch {
   int64_t partials = 0, b_bf16 = 0, spans = 0, bytes = 0;
 };
@@ -202,7 +203,7 @@ Scratch scratch_layout(const GemmProblem& p) {
     layout.b_bf16 = scratch_part_bytes(layout.bytes);
     layout.bytes = layout.b_bf16 + p.n * p.k * 2;
   }
-  if (p.grouping == Grouping::Contiguous) {  // first[groups], then rows[groups]
+  if (p.grouping == Grouping::Contiguous && !spans_in_block(p)) {  // first[groups], then rows[groups]
     layout.spans = scratch_part_bytes(layout.bytes);
     layout.bytes = layout.spans + 2 * p.groups * int64_t(sizeof(int32_t));
   }
@@ -259,9 +260,12 @@ void launch(const GemmProblem& p, const Scratch& layout, cudaStream_t stream) {
   schedule.m_tiles = ceil_div(p.m, Config::kBlockM);
   const WorkSplit split = work_split(p, {Config::kBlockM, Config::kBlockN});
   schedule.units = schedule.m_tiles * schedule.n_tiles * schedule.k_tiles;
-  // Contiguous: the spans into the scratch (2 * groups int32 at layout.spans), found before the GEMM.
-  schedule.groups = device_group_rows(p, reinterpret_cast<int32_t*>(static_cast<uint8_t*>(p.scratch) + layout.spans),
-                                      stream);
+  // Contiguous: the spans into the scratch (2 * groups int32 at layout.spans), found before the GEMM,
+  // or by the kernel's blocks.
+  schedule.groups =
+      spans_in_block(p)
+          ? group_rows_without_spans(p)
+          : device_group_rows(p, reinterpret_cast<int32_t*>(static_cast<uint8_t*>(p.scratch) + layout.spans), stream);
   params.flags = nullptr;
   params.partials = nullptr;
   params.epilogue = p.epilogue;
@@ -271,7 +275,7 @@ void launch(const GemmProblem& p, const Scratch& layout, cudaStream_t stream) {
     FP4_GEMM_CUDA_CHECK(cudaMemsetAsync(params.flags, 0, split.ctas * sizeof(int), stream));
   }
   // After the spans kernel, PDL overlaps this kernel's prologue with it (the kernel waits for it).
-  const bool pdl = p.pdl || p.grouping == Grouping::Contiguous;
+  const bool pdl = p.pdl || (p.grouping == Grouping::Contiguous && !spans_in_block(p));
   launch_kernel(engine_kernel<Config>, dim3(unsigned(split.ctas)), dim3(Config::kThreads), Config::kSmemBytes, stream,
                 pdl, map_a, map_b, params);
 }

@@ -138,13 +138,14 @@ struct EngineConfig {
       1024);
   static constexpr int kMaxSmem = 227 * 1024;
   static constexpr int kBarrierBytes = 256;  // full, empty (kStages <= 8 each), decoded, drained
-  static constexpr int kStages = (kMaxSmem - kRegionBytes - kBarrierBytes - 1024) / kStageBytes > 8
-                                     ? 8
-                                     : (kMaxSmem - kRegionBytes - kBarrierBytes - 1024) / kStageBytes;
+  // Contiguous: the block spans (grouping.cuh, spans_in_block), after the barriers.
+  static constexpr int kSpanBytes = kGrouping == Grouping::Contiguous ? 2 * int(kBlockSpanLimit) * 4 : 0;
+  static constexpr int kFixedBytes = kRegionBytes + kBarrierBytes + kSpanBytes + 1024;
+  static constexpr int kStages = (kMaxSmem - kFixedBytes) / kStageBytes > 8 ? 8 : (kMaxSmem - kFixedBytes) / kStageBytes;
   static_assert(kStages >= 2, "the ring needs two stages");
   static_assert((2 * kStages + 2 * kBf16Tiles) * 8 <= kBarrierBytes, "the barriers");
   // + 1024: the dynamic shared memory base is only 16-byte aligned; the tiles need 1024.
-  static constexpr int kSmemBytes = kRegionBytes + kStages * kStageBytes + kBarrierBytes + 1024;
+  static constexpr int kSmemBytes = kFixedBytes + kStages * kStageBytes;
 
   // Consumer threads per B row and the 16-byte bf16 chunks (of 8 per row) each converts; with decode
   // warps the consumers convert none, and a decode thread two whole rows, d and d + 128.
@@ -790,6 +791,18 @@ struct SharedStorage {
     decoded = empty + Config::kStages;
     drained = decoded + Config::kBf16Tiles;
   }
+  // Contiguous: where the block spans go (kSpanBytes, after the barriers).
+  __device__ int32_t* spans() const {
+    return reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(full) + Config::kBarrierBytes);
+  }
+  // The spans the scheduler reads from shared memory: a contiguous problem's of few rows (the
+  // backend leaves groups.first null, and engine_kernel finds them), else none.
+  __device__ const int32_t* block_spans(const EngineParams& p) const {
+    if constexpr (Config::kGrouping == Grouping::Contiguous) {
+      return p.schedule.groups.first == nullptr ? spans() : nullptr;
+    }
+    return nullptr;
+  }
   __device__ uint8_t* stage(int s) const { return stages + s * Config::kStageBytes; }
   // Packed B: A, B, SFA, SFB. Bf16 B: B's swizzled tile, A, SFA.
   __device__ uint8_t* a(int s) const { return stage(s) + (Config::kPackedB ? 0 : Config::kBf16TileBytes); }
@@ -864,7 +877,7 @@ __device__ __forceinline__ void produce(const SharedStorage<Config>& smem, const
   // The scale column of K tile kt: 16-element blocks fill one SfAtom column per tile, 32-element
   // blocks one per two tiles.
   constexpr int kTilesPerAtom = kSfTileCols * Config::kBlockSize / Config::kBlockK;
-  EngineScheduler<Config> scheduler(p.schedule);
+  EngineScheduler<Config> scheduler(p.schedule, smem.block_spans(p));
   RingPosition<Config> ring;
   for (WorkTile t; scheduler.next(t);) {
     const ScaleRows sa = a_scale_rows<Config>(t, p), sb = b_scale_rows<Config>(t, p);
@@ -1056,7 +1069,7 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
   // Frees a stage once this warp's wgmmas reading it retired (stages read by wgmma).
   const auto release = [&](int stage) { warp_arrive(&smem.empty[stage], lane); };
 
-  EngineScheduler<Config> scheduler(p.schedule);
+  EngineScheduler<Config> scheduler(p.schedule, smem.block_spans(p));
   RingPosition<Config> ring;  // of the next K tile to wait for
   for (WorkTile t; scheduler.next(t);) {
     // A dense tile starts on a scale tile (a compile-time 0 keeps the decode's addressing as it was),
@@ -1160,7 +1173,7 @@ __device__ __forceinline__ void decode(const SharedStorage<Config>& smem, const 
   // empty[s] is kStages barriers after full[s], drained[i] kBf16Tiles after decoded[i] (SharedStorage).
   constexpr uint32_t kEmpty = 8 * Config::kStages, kDrained = 8 * Config::kBf16Tiles;
   const DecoderCodes<Config> codes(p.nkb);
-  EngineScheduler<Config> scheduler(p.schedule);
+  EngineScheduler<Config> scheduler(p.schedule, smem.block_spans(p));
   const uint32_t decoded0 = smem_addr(smem.decoded);
   DecoderRing<Config> ring(smem_addr(smem.full));
   for (WorkTile t; scheduler.next(t);) {
@@ -1213,6 +1226,12 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   __syncthreads();
   griddep_wait();  // the group spans (contiguous) and the operands may come from the previous kernel
   griddep_launch_dependents();
+  if constexpr (Config::kGrouping == Grouping::Contiguous) {
+    const GroupRows& groups = p.schedule.groups;
+    if (smem.block_spans(p) != nullptr) {
+      find_spans(groups.ids, int(groups.m), int(groups.groups), smem.spans(), smem.spans() + groups.groups);
+    }
+  }
 
   if (threadIdx.x < 128) {
     lower_registers<Config::kProducerRegisters>();

@@ -16,8 +16,9 @@
 //   Masked,     tiles laid end to end (group by group; inside a group row tile by row tile, the
 //   Contiguous  column tiles of one row tile adjacent, so a wave shares A's row tiles and each
 //               group's weight in L2). Each group's rows come from the device (grouping.cuh: the
-//               masked counts, the contiguous spans), so the tile count is known only there; a
-//               group without rows has no tiles and costs one read of its span.
+//               masked counts, the contiguous spans: global or, for few rows, the block spans in
+//               shared memory), so the tile count is known only there; a group without rows has no
+//               tiles and costs one read of its span.
 #pragma once
 
 #include <cstdint>
@@ -51,13 +52,16 @@ struct Scheduler {
   const ScheduleParams& p;
   GroupCursor cursor;
   int64_t unit;
+  const int32_t* block_spans;  // Contiguous: the block's own spans (grouping.cuh), or null
 
-  __device__ explicit Scheduler(const ScheduleParams& params) : p(params), unit(blockIdx.x) {}
+  __device__ Scheduler(const ScheduleParams& params, const int32_t* spans)
+      : p(params), unit(blockIdx.x), block_spans(kGrouping == Grouping::Contiguous ? spans : nullptr) {}
 
   __device__ __forceinline__ bool next(WorkTile& t) {
     const int64_t n_tiles = p.n_tiles;
     const GroupRows& groups = p.groups;
-    const auto span_of = [&groups](int64_t g) { return groups.span<kGrouping>(g); };
+    const int32_t* spans = block_spans;
+    const auto span_of = [&groups, spans](int64_t g) { return groups.span<kGrouping>(g, spans); };
     const auto units = [n_tiles](const GroupSpan& span) { return (span.rows + kBlockM - 1) / kBlockM * n_tiles; };
     if (!cursor.seek(groups.groups, unit, span_of, units)) return false;
     // 32-bit division (a 64-bit one is a call the producer's 40 registers cannot hold): a group has
@@ -80,7 +84,7 @@ struct Scheduler<Grouping::Dense, kBlockM, kBlockN> {
   const ScheduleParams& p;
   int64_t unit, end;
 
-  __device__ explicit Scheduler(const ScheduleParams& params)
+  __device__ Scheduler(const ScheduleParams& params, const int32_t* /* block spans: grouped only */)
       : p(params), unit(first_unit(blockIdx.x)), end(first_unit(blockIdx.x + 1)) {}
 
   __device__ __forceinline__ int64_t first_unit(int64_t cta) const { return cta * p.units / int64_t(gridDim.x); }
