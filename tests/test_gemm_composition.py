@@ -3,7 +3,7 @@ both operands into 16-bit scratch plus one cuBLASLt matmul (float32 accumulation
 float32, one rounding to the output).
 
 Host-side (no GPU needed): where dispatch takes it (GemmCall.backends), on sm_90 dense problems from
-the measured row counts of composition.cu (384 for MXFP8, 768 for 4-bit weights, 1024 for the pairs
+the measured row counts of composition.cu (512 for MXFP8, 768 for 4-bit weights, 1024 for the pairs
 not measured below it), and on every arch bf16 activations that no arch kernel reads, above the
 skinny tier.
 On the H200 it runs by name (GemmCall.run_on("composition")): every operand format, bias, residual,
@@ -49,7 +49,7 @@ def backend(fp4, cc: int, a_format: str, b_format: str, m: int, n: int = 4096, k
 
 # The fewest rows from which the H200 took the composition over the engine (composition.cu)
 HOPPER_MIN_ROWS = {
-    ("mxfp8", "mxfp8"): 384,
+    ("mxfp8", "mxfp8"): 512,
     ("mxfp4", "mxfp4"): 768,
     ("nvfp4", "nvfp4"): 768,
     ("nvfp4", "e0m3"): 1024,

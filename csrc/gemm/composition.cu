@@ -51,14 +51,16 @@ constexpr const char* kName = "composition";
 // ---- where dispatch takes it ---------------------------------------------------------------------
 
 // Measured on one H200, the fused Hopper engine and this backend by name on six (N, K) of
-// benchmarks/bench_gemm.py, M = 128 .. 1024 (benchmarks/results/h200-composition-floor.json): the
-// rows from which the composition was faster on every shape (ties within 1 %) are 384 for MXFP8 and
-// 768 for MXFP4, NVFP4 and bf16 activations with 4-bit weights. (On (7168, 2048), an MoE expert's
+// benchmarks/bench_gemm.py, M = 128 .. 1024 (benchmarks/results/h200-composition-floor.json), and
+// again after the engine's decoder cut (h200-composition-floor-recheck.json): the rows from which
+// the composition was faster on every shape (ties within 1 %) are 512 for MXFP8 (384 before the
+// cut; at 384 the engine now wins on four of six) and 768 for MXFP4, NVFP4 and bf16 activations
+// with 4-bit weights. (On (7168, 2048), an MoE expert's
 // down projection, it was faster from 256 rows for all of them; one shape is not a rule.) Other
 // pairs (E0M3 weights, mixed formats) keep the earlier 1024 rows: not measured below them. On every
 // arch it takes bf16 activations that no arch kernel reads (Blackwell's kernels have none), above
 // the skinny tier's M <= 16.
-constexpr int64_t kMxfp8MinRows = 384;
+constexpr int64_t kMxfp8MinRows = 512;
 constexpr int64_t kFourBitMinRows = 768;
 constexpr int64_t kUnmeasuredMinRows = 1024;
 constexpr int64_t kSkinnyMaxRows = 16;
