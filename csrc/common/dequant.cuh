@@ -118,38 +118,63 @@ __device__ __forceinline__ void dequant_e0m3x8(uint32_t codes, typename Pair<T>:
   for (int p = 0; p < 4; ++p) out[p] = decode_e0m3_pair<T>(nibble_pair(codes, 2 * p));
 }
 
-// Four E4M3 bytes -> values as two pairs (the hardware conversion is exact: E4M3 fits fp16).
+// The E4M3 pair in half-word kHalf of `word` -> f16x2, exactly (E4M3 fits fp16; 0x7F is NaN). The
+// conversion reads the half-word in place: no shift, no mask.
+template <int kHalf = 0>
+__device__ __forceinline__ __half2 e4m3x2_half2(uint32_t word) {
+  static_assert(kHalf == 0 || kHalf == 1, "a word has two half-words");
+  uint32_t h;
+  if constexpr (kHalf == 0) {
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, lo;\n}" : "=r"(h) : "r"(word));
+  } else {
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}" : "=r"(h) : "r"(word));
+  }
+  return *reinterpret_cast<const __half2*>(&h);
+}
+
+// Four E4M3 bytes -> values as two pairs.
 template <class T>
 __device__ __forceinline__ void dequant_e4m3x4(uint32_t bytes, typename Pair<T>::Type (&out)[2]) {
+  const __half2 h[2] = {e4m3x2_half2<0>(bytes), e4m3x2_half2<1>(bytes)};
 #pragma unroll
   for (int p = 0; p < 2; ++p) {
-    const __nv_fp8x2_storage_t two = __nv_fp8x2_storage_t(bytes >> (16 * p));
-    const __half2 h = __half2(__nv_cvt_fp8x2_to_halfraw2(two, __NV_E4M3));
     if constexpr (std::is_same_v<T, __half>) {
-      out[p] = h;
+      out[p] = h[p];
     } else {
-      out[p] = __float22bfloat162_rn(__half22float2(h));
+      out[p] = __float22bfloat162_rn(__half22float2(h[p]));
     }
   }
 }
 
 // Block factors as bf16 pairs, exactly and without branches (what the GEMM mainloops multiply by),
-// two blocks at a time: the codes in bits 0-7 and 8-15 give the low and the high half.
-// UE4M3 (read with its sign bit, as the reference does) times 2^kExponent: the hardware conversion
-// to fp16 is exact (subnormal codes included; 0x7F gives NaN), then one power-of-two multiply in
-// float32; kExponent <= 119 keeps 448 * 2^kExponent inside bf16's range, so the rounding is exact.
-template <int kExponent>
+// two blocks at a time.
+// UE4M3 (read with its sign bit, as the reference does) times 2^kExponent, the codes in bytes 0 and
+// 1 of half-word kHalf: the hardware conversion to fp16 is exact (subnormal codes included; 0x7F
+// gives NaN), and so is s in bf16 (4 significant bits, 2^-9 .. 448); kExponent <= 119 keeps
+// 448 * 2^kExponent a finite bf16, so the bf16 power-of-two multiply is exact too.
+template <int kExponent, int kHalf = 0>
 __device__ __forceinline__ __nv_bfloat162 ue4m3x2_bf16x2(uint32_t codes) {
   static_assert(kExponent >= 0 && kExponent <= 119, "448 * 2^kExponent must stay a finite bf16");
-  const float factor = exp2i(kExponent);
-  const float2 s = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(codes & 0xFFFFu), __NV_E4M3)));
-  return __floats2bfloat162_rn(s.x * factor, s.y * factor);
+  const __nv_bfloat162 s = __float22bfloat162_rn(__half22float2(e4m3x2_half2<kHalf>(codes)));
+  if constexpr (kExponent == 0) return s;
+  constexpr uint32_t kPower = uint32_t(kExponent + 127) << 7;
+  return __hmul2(s, pair_from_bits<__nv_bfloat16>(kPower | (kPower << 16)));
 }
 
-// UE8M0: the code is the bf16 exponent field of 2^(code - 127); 0 is the subnormal 2^-127, 0xFF NaN.
+// UE8M0 codes c0 | c1 << 16 -> 2^(c - 127) in the low and the high half: c << 7 is the bf16
+// exponent field; the maximum with 2^-127 turns code 0 (+0) into the subnormal 2^-127 and leaves
+// every other code (at least 2^-126, or +inf for 255); for code 255 alone c + 1 reaches bit 8,
+// which ORs in the 0x40 of the NaN 0x7FC0.
+__device__ __forceinline__ __nv_bfloat162 ue8m0x2_bf16x2_spread(uint32_t spread) {
+  const __nv_bfloat162 fields =
+      __hmax2(pair_from_bits<__nv_bfloat16>(spread << 7), pair_from_bits<__nv_bfloat16>(0x00400040u));
+  const uint32_t bits = *reinterpret_cast<const uint32_t*>(&fields);
+  return pair_from_bits<__nv_bfloat16>(bits | (((spread + 0x00010001u) >> 2) & 0x00400040u));
+}
+
+// UE8M0 codes in bits 0-7 and 8-15.
 __device__ __forceinline__ __nv_bfloat162 ue8m0x2_bf16x2(uint32_t codes) {
-  const auto one = [](uint32_t code) { return code == 0 ? 0x0040u : code == 0xFFu ? 0x7FC0u : code << 7; };
-  return pair_from_bits<__nv_bfloat16>(one(codes & 0xFFu) | (one((codes >> 8) & 0xFFu) << 16));
+  return ue8m0x2_bf16x2_spread(__byte_perm(codes, 0u, 0x4140));
 }
 
 // Values times a UE4M3 block scale: exact, so the 16-bit multiply is the contract's rounding.

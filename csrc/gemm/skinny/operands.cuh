@@ -36,9 +36,7 @@ __device__ __forceinline__ uint32_t pair_bits(Bf16x2 v) { return *reinterpret_ca
 __device__ __forceinline__ Bf16x2 bf16_pair(uint32_t bits) { return pair_from_bits<__nv_bfloat16>(bits); }
 
 // Two UE4M3/E4M3 codes (bits 0-15) as floats, exactly (the hardware conversion; 0x7F is NaN).
-__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t codes) {
-  return __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(codes & 0xFFFFu), __NV_E4M3)));
-}
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t codes) { return __half22float2(e4m3x2_half2(codes)); }
 
 // The bf16 2^(exponent field - 127) of a UE8M0-style factor, in both halves.
 __device__ __forceinline__ Bf16x2 power_of_two_pair(uint32_t field) { return bf16_pair((field << 7) * 0x10001u); }
@@ -58,8 +56,7 @@ struct OperandCodec<OperandFormat::Nvfp4> {
   };
   // codes: the scale codes of the chunk's blocks in bits 0-7 and 8-15.
   __device__ __forceinline__ static Factors factors(uint32_t codes) {
-    const float2 s = e4m3x2_to_float2(codes);
-    return {__floats2bfloat162_rn(s.x * 0x1p119f, s.y * 0x1p119f)};
+    return {ue4m3x2_bf16x2<119>(codes)};
   }
   static constexpr bool kHasRest = false;
   // Word w of the chunk (elements 8w .. 8w + 7; block w / 2).

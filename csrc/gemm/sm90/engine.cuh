@@ -485,47 +485,13 @@ __device__ __forceinline__ void convert_b_row(const uint8_t* tile, const uint8_t
 //   (the next SfAtom tile, same place) and in the bf16 tile (16 KiB: the same swizzle), so both
 //   rows share those registers;
 // - the K tile's scale codes are selected once per tile (DecoderCodes) instead of from the 64-bit
-//   tile index, UE8M0 factors in six integer and bf16 operations instead of compares and selects,
-//   UE4M3 ones with one bf16x2 power-of-two multiply instead of two float ones;
+//   tile index, and taken as their factors from their place in the word (dequant.cuh's
+//   ue8m0x2_bf16x2_spread and ue4m3x2_bf16x2 of a half-word: no shifts to line them up);
 // - E0M3 takes the multiply placement of E2M1 (stride4_patterns, instead of an integer base's
 //   subtraction and a separate sign), and MXFP8's pairs are converted from their half-word in place.
 
 // The bits of a bf16 pair as the pair.
 __device__ __forceinline__ Bf16x2 bf16x2_from_bits(uint32_t bits) { return pair_from_bits<__nv_bfloat16>(bits); }
-
-// The E4M3 pair in half-word kHalf of `word` -> f16x2, exactly (the conversion reads the half-word
-// in place: no shift).
-template <int kHalf>
-__device__ __forceinline__ __half2 e4m3x2_half2(uint32_t word) {
-  uint32_t h;
-  if constexpr (kHalf == 0) {
-    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, lo;\n}" : "=r"(h) : "r"(word));
-  } else {
-    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}" : "=r"(h) : "r"(word));
-  }
-  return *reinterpret_cast<const __half2*>(&h);
-}
-
-// UE4M3 codes in half-word kHalf of `codes` -> the factors s * 2^kExponent, the values of
-// ue4m3x2_bf16x2<kExponent>: s is exact in bf16 (4 significant bits, 2^-9 .. 448) and so is
-// s * 2^kExponent (kExponent <= 119), so rounding s to bf16 first and multiplying in bf16 is exact
-// too (the NaN code gives a NaN either way).
-template <int kExponent, int kHalf>
-__device__ __forceinline__ Bf16x2 ue4m3_pair_factors(uint32_t codes) {
-  static_assert(kExponent > 0 && kExponent <= 119, "448 * 2^kExponent must stay a finite bf16");
-  constexpr uint32_t kPower = uint32_t(kExponent + 127) << 7;
-  const Bf16x2 s = __float22bfloat162_rn(__half22float2(e4m3x2_half2<kHalf>(codes)));
-  return __hmul2(s, bf16x2_from_bits(kPower | (kPower << 16)));
-}
-
-// UE8M0 codes c0 | c1 << 16 -> the factors 2^(c - 127), bit for bit ue8m0x2_bf16x2's: c << 7 is the
-// bf16 exponent field; the maximum with 2^-127 turns code 0 (+0) into the subnormal 2^-127 and
-// leaves every other code (at least 2^-126, or +inf for 255); for code 255 alone c + 1 reaches bit 8,
-// which ORs in the 0x40 of the NaN 0x7FC0.
-__device__ __forceinline__ Bf16x2 ue8m0_pair_factors(uint32_t spread) {
-  const Bf16x2 fields = __hmax2(bf16x2_from_bits(spread << 7), bf16x2_from_bits(0x00400040u));
-  return bf16x2_from_bits(bf16x2_bits(fields) | (((spread + 0x00010001u) >> 2) & 0x00400040u));
-}
 
 // The decoder thread's shared-memory addresses for its first row d (the second: kSecondRow* on).
 struct DecoderAddresses {
@@ -658,11 +624,11 @@ __device__ __forceinline__ void decode_b_row(const DecoderAddresses& a, const De
     static_assert(kFormat != OperandFormat::Nvfp4 || Config::kValueExponentB == 7, "NVFP4 patterns times s * 2^119");
     constexpr int kExponent = kFormat == OperandFormat::Nvfp4 ? 126 - Config::kValueExponentB : 3;
     const uint32_t codes = row_codes & select;
-    const Bf16x2 factors[2] = {ue4m3_pair_factors<kExponent, 0>(codes), ue4m3_pair_factors<kExponent, 1>(codes)};
+    const Bf16x2 factors[2] = {ue4m3x2_bf16x2<kExponent, 0>(codes), ue4m3x2_bf16x2<kExponent, 1>(codes)};
 #pragma unroll
     for (int q = 0; q < 4; ++q) scale[q] = q % 2 ? high_factor(factors[q / 2]) : low_factor(factors[q / 2]);
   } else {
-    const Bf16x2 factors = ue8m0_pair_factors(__byte_perm(row_codes, 0u, select));
+    const Bf16x2 factors = ue8m0x2_bf16x2_spread(__byte_perm(row_codes, 0u, select));
 #pragma unroll
     for (int q = 0; q < 4; ++q) scale[q] = q < 2 ? low_factor(factors) : high_factor(factors);
   }
