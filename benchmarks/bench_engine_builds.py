@@ -88,10 +88,10 @@ def column_labels(variants: tuple[int, ...], backends: tuple[str, ...]) -> dict:
     }
 
 
-def report(tag: str, peer_us: float, times: dict, same: bool) -> str:
+def report(tag: str, peer_us: float, times: dict, same: bool, peer: str = "cublas") -> str:
     first = next(iter(times.values()))
     cells = " ".join(f"{k} {v:7.1f} ({peer_us / v:.2f}, {first / v:.3f})" for k, v in times.items())
-    return f"{tag} cublas {peer_us:7.1f} | {cells} | bitwise equal {same}"
+    return f"{tag} {peer} {peer_us:7.1f} | {cells} | bitwise equal {same}"
 
 
 def routed_ids(experts: int, tokens: int, seed: int) -> torch.Tensor:
@@ -131,7 +131,8 @@ def contiguous_rows(builds: dict, ref, cases: list[tuple[int, int]], fmt: str = 
         times, same = timed(builds, contiguous, (ids.numel(), n))
         rows.append(dict(grouping="contiguous", experts=experts, tokens=tokens, topk=CONTIGUOUS_TOPK, m=ids.numel(),
                          n=n, k=k, fmt=fmt, grouped_mm_us=peer, bitwise_equal=same, us=times))  # fmt: skip
-        print(report(f"contiguous {experts}x{tokens} m={ids.numel()} {n} {k} {fmt}", peer, times, same), flush=True)
+        tag = f"contiguous {experts}x{tokens} m={ids.numel()} {n} {k} {fmt}"
+        print(report(tag, peer, times, same, peer="grouped_mm"), flush=True)
     return rows
 
 

@@ -41,6 +41,13 @@ __device__ __forceinline__ typename Pair<T>::Type pair_from_bits(uint32_t bits) 
   return *reinterpret_cast<const typename Pair<T>::Type*>(&bits);
 }
 
+// The bits of a 16-bit pair (__half2 or __nv_bfloat162).
+template <class P>
+__device__ __forceinline__ uint32_t pair_bits(P pair) {
+  static_assert(sizeof(P) == 4, "a pair of 16-bit values");
+  return *reinterpret_cast<const uint32_t*>(&pair);
+}
+
 // Two 4-bit codes of a word as the sign and magnitude bit fields of a pair (bits 0-3 and 16-19).
 // Nibbles k and k + 1 (consecutive elements):
 __device__ __forceinline__ uint32_t nibble_pair(uint32_t codes, int k) {
@@ -168,8 +175,7 @@ __device__ __forceinline__ __nv_bfloat162 ue4m3x2_bf16x2(uint32_t codes) {
 __device__ __forceinline__ __nv_bfloat162 ue8m0x2_bf16x2_spread(uint32_t spread) {
   const __nv_bfloat162 fields =
       __hmax2(pair_from_bits<__nv_bfloat16>(spread << 7), pair_from_bits<__nv_bfloat16>(0x00400040u));
-  const uint32_t bits = *reinterpret_cast<const uint32_t*>(&fields);
-  return pair_from_bits<__nv_bfloat16>(bits | (((spread + 0x00010001u) >> 2) & 0x00400040u));
+  return pair_from_bits<__nv_bfloat16>(pair_bits(fields) | (((spread + 0x00010001u) >> 2) & 0x00400040u));
 }
 
 // UE8M0 codes in bits 0-7 and 8-15.

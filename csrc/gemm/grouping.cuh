@@ -36,6 +36,9 @@ struct GroupSpan {
 // allocation), into 2 * groups int32 of their shared memory.
 constexpr int64_t kBlockSpanLimit = 1024;
 
+// The bytes of `groups` spans: first[groups], then rows[groups], int32.
+constexpr int64_t span_table_bytes(int64_t groups) { return 2 * groups * int64_t(sizeof(int32_t)); }
+
 inline bool spans_in_block(const GemmProblem& p) {
   return p.grouping == Grouping::Contiguous && p.m <= kBlockSpanLimit && p.groups <= kBlockSpanLimit;
 }

@@ -253,6 +253,9 @@ struct Plan {
   size_t smem;
 };
 
+// A contiguous problem's spans, in the scratch or in shared memory.
+int64_t span_bytes(const GemmProblem& p) { return scratch_part_bytes(span_table_bytes(p.groups)); }
+
 // The shared memory of a configuration (kernel.cuh's layout): `stages` ring buffers, then the two
 // activation buffers, which the partial sums reuse, then the CTA's own contiguous spans.
 void size_shared_memory(const GemmProblem& p, Plan& plan, int max_smem) {
@@ -265,7 +268,7 @@ void size_shared_memory(const GemmProblem& p, Plan& plan, int max_smem) {
   plan.act_bytes = plan.lanes * plan.token_tiles * kChunkWords * 32 * word_bytes;
   const int partial_bytes = plan.token_tiles * kTileTokens * kPartialStride * 4;
   const int act_region = std::max(2 * plan.act_bytes, partial_bytes);
-  const int span_region = spans_in_block(p) ? int(scratch_part_bytes(2 * p.groups * 4)) : 0;
+  const int span_region = spans_in_block(p) ? int(span_bytes(p)) : 0;
   const int fit = (max_smem - act_region - span_region) / plan.stage_bytes;
   if (fit < 1) throw std::runtime_error("fp4_gemm skinny: the kernel configuration does not fit in shared memory");
   plan.stages = std::min(plan.stages, fit);
@@ -658,8 +661,6 @@ void run_register_stream(const GemmProblem& p, const StreamPlan& plan, cudaStrea
   launch_clusters(plan.kernel, plan.ctas, plan.slice_warps * plan.tile_warps * 32, plan.smem, plan.splits, p.pdl,
                   stream, args);
 }
-
-int64_t span_bytes(const GemmProblem& p) { return scratch_part_bytes(2 * p.groups * 4); }
 
 // Contiguous problems the CTAs do not find the spans of themselves: each group's span of rows
 // (find_group_spans, from the ids on the device).

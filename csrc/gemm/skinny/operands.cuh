@@ -32,7 +32,6 @@ namespace fp4_gemm::skinny {
 
 using Bf16x2 = __nv_bfloat162;
 
-__device__ __forceinline__ uint32_t pair_bits(Bf16x2 v) { return *reinterpret_cast<const uint32_t*>(&v); }
 __device__ __forceinline__ Bf16x2 bf16_pair(uint32_t bits) { return pair_from_bits<__nv_bfloat16>(bits); }
 
 // Two UE4M3/E4M3 codes (bits 0-15) as floats, exactly (the hardware conversion; 0x7F is NaN).

@@ -205,7 +205,7 @@ Scratch scratch_layout(const GemmProblem& p) {
   }
   if (p.grouping == Grouping::Contiguous && !spans_in_block(p)) {  // first[groups], then rows[groups]
     layout.spans = scratch_part_bytes(layout.bytes);
-    layout.bytes = layout.spans + 2 * p.groups * int64_t(sizeof(int32_t));
+    layout.bytes = layout.spans + span_table_bytes(p.groups);
   }
   return layout;
 }

@@ -139,9 +139,10 @@ struct EngineConfig {
   static constexpr int kMaxSmem = 227 * 1024;
   static constexpr int kBarrierBytes = 256;  // full, empty (kStages <= 8 each), decoded, drained
   // Contiguous: the block spans (grouping.cuh, spans_in_block), after the barriers.
-  static constexpr int kSpanBytes = kGrouping == Grouping::Contiguous ? 2 * int(kBlockSpanLimit) * 4 : 0;
+  static constexpr int kSpanBytes = kGrouping == Grouping::Contiguous ? int(span_table_bytes(kBlockSpanLimit)) : 0;
   static constexpr int kFixedBytes = kRegionBytes + kBarrierBytes + kSpanBytes + 1024;
-  static constexpr int kStages = (kMaxSmem - kFixedBytes) / kStageBytes > 8 ? 8 : (kMaxSmem - kFixedBytes) / kStageBytes;
+  static constexpr int kRingFit = (kMaxSmem - kFixedBytes) / kStageBytes;
+  static constexpr int kStages = kRingFit > 8 ? 8 : kRingFit;
   static_assert(kStages >= 2, "the ring needs two stages");
   static_assert((2 * kStages + 2 * kBf16Tiles) * 8 <= kBarrierBytes, "the barriers");
   // + 1024: the dynamic shared memory base is only 16-byte aligned; the tiles need 1024.
@@ -251,7 +252,6 @@ __device__ __forceinline__ Bf16x2 block_factors(uint32_t codes) {
   }
 }
 
-__device__ __forceinline__ uint32_t bf16x2_bits(Bf16x2 v) { return *reinterpret_cast<uint32_t*>(&v); }
 
 // One block's factor in both halves.
 __device__ __forceinline__ Bf16x2 low_factor(Bf16x2 f) { return __low2bfloat162(f); }
@@ -275,7 +275,7 @@ __device__ __forceinline__ uint32_t decode_nibble_pair(uint32_t word, int j, Bf1
   } else {
     value = decode_e2m1_stride4<__nv_bfloat16>(word, j);
   }
-  return bf16x2_bits(__hmul2(value, factor));
+  return pair_bits(__hmul2(value, factor));
 }
 
 // This thread's 16 A elements of the K tile in rows `row` and `row` + 8 (elements 16q .. 16q + 15
@@ -304,8 +304,8 @@ __device__ __forceinline__ void load_a_rows(const uint8_t* tile, const uint8_t* 
       for (int w = 0; w < 4; ++w) {
         Bf16x2 two_values[2];
         dequant_e4m3x4<__nv_bfloat16>(words[w], two_values);
-        pairs[r][2 * w] = bf16x2_bits(__hmul2(two_values[0], factor[r]));
-        pairs[r][2 * w + 1] = bf16x2_bits(__hmul2(two_values[1], factor[r]));
+        pairs[r][2 * w] = pair_bits(__hmul2(two_values[0], factor[r]));
+        pairs[r][2 * w + 1] = pair_bits(__hmul2(two_values[1], factor[r]));
       }
     } else {
       const uint2 bytes = *reinterpret_cast<const uint2*>(src + 8 * q);
@@ -349,7 +349,7 @@ __device__ __forceinline__ void load_a_row_natural(const uint8_t* tile, const ui
       const uint32_t n = nibble_pair(words[pair], 2 * q);  // byte q of word pair: nibbles 2q, 2q + 1
       value = kFormat == OperandFormat::E0m3 ? decode_e0m3_pair<__nv_bfloat16>(n) : decode_e2m1_pair<__nv_bfloat16>(n);
     }
-    pairs[pair] = bf16x2_bits(__hmul2(value, scale));
+    pairs[pair] = pair_bits(__hmul2(value, scale));
   }
 }
 
@@ -464,7 +464,7 @@ __device__ __forceinline__ void convert_b_row(const uint8_t* tile, const uint8_t
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       if constexpr (kFormat == OperandFormat::Mxfp8) {
-        o[q] = bf16x2_bits(__hmul2(v[q], scale[q]));
+        o[q] = pair_bits(__hmul2(v[q], scale[q]));
       } else {
         // Pair c of q lives in word 2q + c / 4 (elements 16q + 8(c / 4) ..).
         const int word = (i * kStride) / 4;  // = c / 4, constant once unrolled
@@ -489,9 +489,6 @@ __device__ __forceinline__ void convert_b_row(const uint8_t* tile, const uint8_t
 //   ue8m0x2_bf16x2_spread and ue4m3x2_bf16x2 of a half-word: no shifts to line them up);
 // - E0M3 takes the multiply placement of E2M1 (stride4_patterns, instead of an integer base's
 //   subtraction and a separate sign), and MXFP8's pairs are converted from their half-word in place.
-
-// The bits of a bf16 pair as the pair.
-__device__ __forceinline__ Bf16x2 bf16x2_from_bits(uint32_t bits) { return pair_from_bits<__nv_bfloat16>(bits); }
 
 // The decoder thread's shared-memory addresses for its first row d (the second: kSecondRow* on).
 struct DecoderAddresses {
@@ -652,10 +649,10 @@ __device__ __forceinline__ void decode_b_row(const DecoderAddresses& a, const De
         // decode_e0m3_pair's times s, the sign of a zero included (every step is a product).
         const uint32_t word = words[2 * q + c / 4];
         const uint32_t patterns = stride4_patterns<kFormat == OperandFormat::E0m3 ? 4 : 6>(word, c % 4);
-        value = bf16x2_from_bits(patterns);
-        if constexpr (kFormat != OperandFormat::Nvfp4) value = __hmul2(value, bf16x2_from_bits(kUnbias));
+        value = pair_from_bits<__nv_bfloat16>(patterns);
+        if constexpr (kFormat != OperandFormat::Nvfp4) value = __hmul2(value, pair_from_bits<__nv_bfloat16>(kUnbias));
       }
-      o[q] = bf16x2_bits(__hmul2(value, scale[q]));
+      o[q] = pair_bits(__hmul2(value, scale[q]));
     }
     st_shared_u32x4(a.chunks[c] + tile + uint32_t(kRow * Layout::kSecondRowChunks), out);
   }
