@@ -32,13 +32,11 @@ namespace fp4_gemm::skinny {
 
 using Bf16x2 = __nv_bfloat162;
 
-__device__ __forceinline__ Bf16x2 bf16_pair(uint32_t bits) { return pair_from_bits<__nv_bfloat16>(bits); }
-
 // Two UE4M3/E4M3 codes (bits 0-15) as floats, exactly (the hardware conversion; 0x7F is NaN).
 __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t codes) { return __half22float2(e4m3x2_half2(codes)); }
 
 // The bf16 2^(exponent field - 127) of a UE8M0-style factor, in both halves.
-__device__ __forceinline__ Bf16x2 power_of_two_pair(uint32_t field) { return bf16_pair((field << 7) * 0x10001u); }
+__device__ __forceinline__ Bf16x2 power_of_two_pair(uint32_t field) { return pair_from_bits<__nv_bfloat16>((field << 7) * 0x10001u); }
 
 template <OperandFormat F>
 struct OperandCodec;
@@ -89,7 +87,7 @@ struct OperandCodec<OperandFormat::E0m3> {
     const Bf16x2 offset = w < 2 ? __low2bfloat162(f.offset) : __high2bfloat162(f.offset);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const Bf16x2 biased = bf16_pair(((word >> (4 * j)) & 0x00070007u) | Pair<__nv_bfloat16>::kIntegerBase);
+      const Bf16x2 biased = pair_from_bits<__nv_bfloat16>(((word >> (4 * j)) & 0x00070007u) | Pair<__nv_bfloat16>::kIntegerBase);
       const uint32_t sign = (j == 3 ? word : word << (12 - 4 * j)) & 0x80008000u;
       pairs[j] = pair_bits(__hfma2(biased, s, offset)) ^ sign;
     }
@@ -108,7 +106,7 @@ struct PowerOfTwoFactors {
     const uint32_t code = codes & 0xFFu;
     const uint32_t capped = code + kBias < 254u ? code + kBias : 254u;
     PowerOfTwoFactors f;
-    f.f = code == 0xFFu ? bf16_pair(0x7FC07FC0u) : power_of_two_pair(capped);  // 0xFF: NaN
+    f.f = code == 0xFFu ? pair_from_bits<__nv_bfloat16>(0x7FC07FC0u) : power_of_two_pair(capped);  // 0xFF: NaN
     f.twice = code != 0xFFu && int(code) - 127 > kCap;
     f.rest = power_of_two_pair(f.twice ? code - kCap : 127u);
     return f;
@@ -162,12 +160,12 @@ struct OperandCodec<OperandFormat::Mxfp8> : MxCodec<8, 120, 7> {
   __device__ __forceinline__ static void decode(uint32_t word, const Factors& f, int, uint32_t (&pairs)[2]) {
     const uint32_t placed[2] = {((word << 8) & 0x80008000u) | ((word << 4) & 0x07F007F0u),
                                 (word & 0x80008000u) | ((word >> 4) & 0x07F007F0u)};
-    const Bf16x2 nan_pattern = bf16_pair(0x07F007F0u);
+    const Bf16x2 nan_pattern = pair_from_bits<__nv_bfloat16>(0x07F007F0u);
     Bf16x2 patterns[2];
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      const uint32_t nan = __heq2_mask(__habs2(bf16_pair(placed[j])), nan_pattern);
-      patterns[j] = bf16_pair(placed[j] | (nan & 0x7FC07FC0u));
+      const uint32_t nan = __heq2_mask(__habs2(pair_from_bits<__nv_bfloat16>(placed[j])), nan_pattern);
+      patterns[j] = pair_from_bits<__nv_bfloat16>(placed[j] | (nan & 0x7FC07FC0u));
     }
     f.template apply<kRest>(patterns, pairs);
   }
