@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from checks import assert_bitwise_equal, assert_within_bound, poisoned_like
+from checks import POISON_BYTE, assert_bitwise_equal, assert_within_bound, poisoned_like
 from conftest import requires_sm90
 
 MODES = {"w8a8-mxfp8": "mxfp8", "w4a4-mxfp4": "mxfp4", "w4a4-nvfp4": "nvfp4"}
@@ -133,6 +133,20 @@ def test_odd_and_unaligned_widths_are_written_exactly_to_the_edge(fp4, ref, n):
     out = poisoned_like(torch.empty(150, n, dtype=torch.float16, device="cuda"))
     fp4.nvfp4_gemm_fp16(a, b, sfa, sfb, out=out)
     assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"fp16 n={n}")
+
+
+@requires_sm90
+@pytest.mark.parametrize("m", [64, 300])  # the 64- and the 128-row tile
+def test_output_aligned_to_pairs_only_is_written_exactly(fp4, ref, m):
+    """The epilogue writes four outputs per store only where the output allows it; an output view two
+    elements into its storage (4-byte, not 8-byte aligned) takes the paired stores."""
+    (a, b, sfa, sfb), a_dq, b_dq = nvfp4_operands(fp4, ref, m, 512, 256)
+    storage = poisoned_like(torch.empty(m * 512 + 2, dtype=torch.bfloat16, device="cuda"))
+    out = storage[2:].view(m, 512)
+    assert out.data_ptr() % 8 == 4
+    engine_gemm(fp4, a, b, sfa, sfb, "nvfp4", "nvfp4", out)
+    assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"pair-aligned output m={m}")
+    assert (storage[:2].view(torch.uint8) == POISON_BYTE).all(), "the elements before the output view were written"
 
 
 @requires_sm90

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "csrc/common/dequant.cuh"
 #include "csrc/gemm/problem.h"
 
 namespace fp4_gemm {
@@ -49,14 +50,25 @@ __device__ __forceinline__ float activate(Activation act, float y) {
   }
 }
 
-// The epilogue's sum of one element (row m, column n of an N-wide output) before the activation:
-// alpha * acc + bias[n] (bias row `group` if per group) + residual[m, n].
-__device__ __forceinline__ float epilogue_sum(const GemmEpilogue& e, float acc, float alpha, int64_t m, int64_t n,
-                                              int64_t width, int64_t group) {
+// bias[n] of row `group` if the bias is per group (e.bias set).
+__device__ __forceinline__ float bias_at(const GemmEpilogue& e, int64_t n, int64_t width, int64_t group) {
+  return load_as_float(e.bias, e.bias_type, (e.bias_per_group ? group * width : 0) + n);
+}
+
+// The epilogue's sum of one element (row m, column n of an N-wide output) before the activation,
+// with the bias already read (bias_at; unused without one): alpha * acc + bias + residual[m, n].
+__device__ __forceinline__ float epilogue_sum_with_bias(const GemmEpilogue& e, float acc, float alpha, float bias,
+                                                        int64_t m, int64_t n, int64_t width) {
   float y = acc * alpha;
-  if (e.bias != nullptr) y += load_as_float(e.bias, e.bias_type, (e.bias_per_group ? group * width : 0) + n);
+  if (e.bias != nullptr) y += bias;
   if (e.residual != nullptr) y += load_as_float(e.residual, out_float_type(e), m * width + n);
   return y;
+}
+
+__device__ __forceinline__ float epilogue_sum(const GemmEpilogue& e, float acc, float alpha, int64_t m, int64_t n,
+                                              int64_t width, int64_t group) {
+  const float bias = e.bias != nullptr ? bias_at(e, n, width, group) : 0.0f;
+  return epilogue_sum_with_bias(e, acc, alpha, bias, m, n, width);
 }
 
 // Epilogue of one element of a float output: the activation of epilogue_sum.
@@ -107,6 +119,45 @@ __device__ __forceinline__ void store_pair(const GemmEpilogue& e, int64_t m, int
     }
     out[i] = __float2bfloat16_rn(y0);
     if (both) out[i + 1] = __float2bfloat16_rn(y1);
+  }
+}
+
+// One 8- or 16-byte global store as written (ptr aligned to it). Vector assignments through
+// reinterpret_cast came out as scalar stores once inlined into the engine's epilogue.
+__device__ __forceinline__ void store_b32x2(void* ptr, uint32_t x, uint32_t y) {
+  asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(ptr), "r"(x), "r"(y) : "memory");
+}
+
+__device__ __forceinline__ void store_b32x4(void* ptr, uint32_t x, uint32_t y, uint32_t z, uint32_t w) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
+}
+
+// Whether store_quad may write four outputs as one store: rows of a multiple of four elements and
+// an output aligned to four (uniform per launch; the engine's check of e.out covers pairs only).
+__device__ __forceinline__ bool quad_stores(const GemmEpilogue& e, int64_t width) {
+  const uintptr_t bytes = e.out_format == OutFormat::Fp32 ? 16 : 8;
+  return width % 4 == 0 && reinterpret_cast<uintptr_t>(e.out) % bytes == 0;
+}
+
+// Stores four adjacent outputs of row m (columns n .. n + 3, n % 4 == 0; those at or past width are
+// not written): one store where `quad` (quad_stores), else as pairs.
+__device__ __forceinline__ void store_quad(const GemmEpilogue& e, int64_t m, int64_t n, int64_t width, bool quad,
+                                           const float (&y)[4]) {
+  if (!quad) {
+    store_pair(e, m, n, width, y[0], y[1]);
+    if (n + 2 < width) store_pair(e, m, n + 2, width, y[2], y[3]);
+    return;
+  }
+  const int64_t i = m * width + n;
+  if (e.out_format == OutFormat::Fp32) {
+    store_b32x4(static_cast<float*>(e.out) + i, __float_as_uint(y[0]), __float_as_uint(y[1]), __float_as_uint(y[2]),
+                __float_as_uint(y[3]));
+  } else if (e.out_format == OutFormat::Fp16) {
+    store_b32x2(static_cast<__half*>(e.out) + i, pair_bits(__floats2half2_rn(y[0], y[1])),
+                pair_bits(__floats2half2_rn(y[2], y[3])));
+  } else {
+    store_b32x2(static_cast<__nv_bfloat16*>(e.out) + i, pair_bits(__floats2bfloat162_rn(y[0], y[1])),
+                pair_bits(__floats2bfloat162_rn(y[2], y[3])));
   }
 }
 

@@ -137,7 +137,7 @@ TileShape tile_shape(const GemmProblem& p) {
 // 110.4 us at 256 x 17408 x 5120 NVFP4, so this one stays; the shapes it splits badly, 4 to 8 waves,
 // are M >= 1024 ones, which the composition backend serves.) A tile of fewer than
 // kStreamKMinKTiles K tiles (K < 512) runs whole in any case: its walk is too short to share, and
-// whole tiles need no partial-tile fix-up and no flags, whose zeroing is one more call on the host.
+// whole tiles need no partial-tile fix-up and no flags, whose clearing is one more launch.
 constexpr int64_t kStreamKMinKTiles = 8;
 
 struct WorkSplit {
@@ -219,6 +219,15 @@ const void* dequantize_b(const GemmProblem& p, const Scratch& layout, cudaStream
   return out;
 }
 
+// Lowers the stream-K flags before the engine runs (one block). The engine is launched behind it
+// with PDL, so its prologue (barriers, tensor maps) overlaps this kernel, where a cudaMemsetAsync
+// left a gap of ~1.5 us before it (benchmarks/NOTES.md, "the engine's fixed cost").
+__global__ void clear_flags(int* flags, int count) {
+  griddep_wait();  // the previous kernel may still be reading the scratch these flags live in
+  griddep_launch_dependents();
+  for (int i = int(threadIdx.x); i < count; i += int(blockDim.x)) flags[i] = 0;
+}
+
 template <class Config>
 void launch(const GemmProblem& p, const Scratch& layout, cudaStream_t stream) {
   static_assert(Config::kSmemBytes <= Config::kMaxSmem, "shared memory budget");
@@ -272,10 +281,11 @@ void launch(const GemmProblem& p, const Scratch& layout, cudaStream_t stream) {
   if (split.stream_k) {
     params.flags = static_cast<int*>(p.scratch);
     params.partials = reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) + layout.partials);
-    FP4_GEMM_CUDA_CHECK(cudaMemsetAsync(params.flags, 0, split.ctas * sizeof(int), stream));
+    launch_kernel(clear_flags, dim3(1), dim3(256), 0, stream, p.pdl, params.flags, int(split.ctas));
   }
-  // After the spans kernel, PDL overlaps this kernel's prologue with it (the kernel waits for it).
-  const bool pdl = p.pdl || (p.grouping == Grouping::Contiguous && !spans_in_block(p));
+  // After the spans or the flags kernel, PDL overlaps this kernel's prologue with it (the kernel
+  // waits for it).
+  const bool pdl = p.pdl || split.stream_k || (p.grouping == Grouping::Contiguous && !spans_in_block(p));
   launch_kernel(engine_kernel<Config>, dim3(unsigned(split.ctas)), dim3(Config::kThreads), Config::kSmemBytes, stream,
                 pdl, map_a, map_b, params);
 }

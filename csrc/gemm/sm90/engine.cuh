@@ -871,11 +871,13 @@ __device__ __forceinline__ void produce(const SharedStorage<Config>& smem, const
 // The epilogue. Accumulators go through shared memory (the bf16 tiles are free once both
 // warpgroups retired their last wgmma; the ring is not, the producer may be filling it with the
 // next tile): 64 rows at a time (one warpgroup's of a 128-row tile, or both warpgroups' column
-// halves of a 64-row tile) land as float2 rows, then every consumer thread
-// walks them as column pairs in row order, so the epilogue is one short loop (not an unrolled copy
-// per fragment register, which thrashed the instruction cache) and the stores are coalesced. Only
-// the tile's rows that its group owns are written (rows below m_end; contiguous groups: rows with
-// the group's id).
+// halves of a 64-row tile) land as float2 rows. Then each consumer thread takes one column quad
+// (four columns, the same in every row, so the bias is read once per tile) and walks the rows,
+// one 16-byte shared load and one store of four outputs per row: a warp writes 128 adjacent
+// columns of a row. (Walking column pairs cost ~60 instructions per pair, bounds and 64-bit
+// addressing included, and kept the epilogue at ~9.5 us per 128 x 256 tile on the H200: a quarter
+// of a short stream-K piece; benchmarks/NOTES.md, "the engine's fixed cost".) Only the tile's rows
+// that its group owns are written (rows below m_end; contiguous groups: rows with the group's id).
 template <class Config>
 __device__ __forceinline__ void store_tile(const SharedStorage<Config>& smem, const EngineParams& p,
                                            const float (&acc)[Config::kAccumulators], const WorkTile& t,
@@ -888,10 +890,42 @@ __device__ __forceinline__ void store_tile(const SharedStorage<Config>& smem, co
   const int64_t m_end = t.m_end < p.m ? t.m_end : p.m;
   // Plain scaling (the common case) skips the per-element bias, residual and activation tests.
   const bool plain = e.bias == nullptr && e.residual == nullptr && e.activation == Activation::None;
-  constexpr int kPairsPerRow = Config::kBlockN / 2;
+  constexpr int kQuadsPerRow = Config::kBlockN / 4;
+  constexpr int kRowsPerPass = Config::kConsumerThreads / kQuadsPerRow;
   constexpr int kValueExponent = Config::kValueExponentA + Config::kValueExponentB;
   constexpr bool kColumnHalves = Config::kBlockM == 64;
   const int col0 = kColumnHalves ? warpgroup * Config::kWarpgroupN : 0;  // this warpgroup's first column
+  const int quad_col = 4 * (consumer % kQuadsPerRow), first_row = consumer / kQuadsPerRow;
+  const int64_t n = t.n0 + quad_col;
+  const bool quad = quad_stores(e, p.n);
+  float bias[4] = {};
+  for (int j = 0; j < 4 && e.bias != nullptr; ++j) {
+    if (n + j < p.n) bias[j] = bias_at(e, n + j, p.n, t.group);
+  }
+  // The staged half's first `rows` rows (at tile row m0), the quad of each through the epilogue.
+  // Plain scaling is its own loop, unrolled; the general epilogue's stays rolled (code size).
+  const auto store_rows = [&](auto plain_tag, int64_t m0, int rows) {
+    constexpr bool kPlain = decltype(plain_tag)::value;
+#pragma unroll(kPlain ? 4 : 1)
+    for (int row = first_row; row < rows; row += kRowsPerPass) {
+      const int64_t m = m0 + row;
+      if constexpr (Config::kGrouping == Grouping::Contiguous) {
+        if (!groups.owns(t.group, m)) continue;
+      }
+      const float4 v = *reinterpret_cast<const float4*>(staging + row * Config::kStagingStride + quad_col);
+      float y[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if constexpr (kValueExponent > 0) y[j] *= exp2i(kValueExponent);  // the decoded operands' power of two, back (exact)
+        if constexpr (kPlain) {
+          y[j] *= alpha;
+        } else if (n + j < p.n) {
+          y[j] = activate(e.activation, epilogue_sum_with_bias(e, y[j], alpha, bias[j], m, n + j, p.n));
+        }
+      }
+      store_quad(e, m, n, p.n, quad, y);
+    }
+  };
   for (int half = 0; half < Config::kBlockM / 64; ++half) {
     named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);
     if (kColumnHalves || warpgroup == half) {
@@ -903,26 +937,13 @@ __device__ __forceinline__ void store_tile(const SharedStorage<Config>& smem, co
       }
     }
     named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);
-#pragma unroll 2
-    for (int pair = consumer; pair < 64 * kPairsPerRow; pair += Config::kConsumerThreads) {
-      const int row = pair / kPairsPerRow, col = 2 * (pair % kPairsPerRow);
-      const int64_t m = t.m0 + 64 * half + row, n = t.n0 + col;
-      if (m >= m_end || n >= p.n) continue;
-      if constexpr (Config::kGrouping == Grouping::Contiguous) {
-        if (!groups.owns(t.group, m)) continue;
-      }
-      float2 v = *reinterpret_cast<const float2*>(staging + row * Config::kStagingStride + col);
-      if constexpr (kValueExponent > 0) {  // the decoded operands' power of two, back (exact)
-        v.x *= exp2i(kValueExponent);
-        v.y *= exp2i(kValueExponent);
-      }
-      if (plain) {
-        store_pair(e, m, n, p.n, v.x * alpha, v.y * alpha);
-        continue;
-      }
-      const float y0 = epilogue_value(e, v.x, alpha, m, n, p.n, t.group);
-      const float y1 = n + 1 < p.n ? epilogue_value(e, v.y, alpha, m, n + 1, p.n, t.group) : 0.0f;
-      store_pair(e, m, n, p.n, y0, y1);
+    const int64_t m0 = t.m0 + 64 * half;
+    const int rows = int(m_end - m0 < 64 ? m_end - m0 : 64);  // <= 0: none of this half's rows exist
+    if (n >= p.n) continue;
+    if (plain) {
+      store_rows(std::true_type{}, m0, rows);
+    } else {
+      store_rows(std::false_type{}, m0, rows);
     }
   }
   // The staging overlaps the bf16 B tiles, which a persistent CTA's next tile decodes into as soon
@@ -942,13 +963,15 @@ __device__ __forceinline__ void publish_partial(const EngineParams& p, const flo
   if (consumer == 0) flag_release(p.flags + slot);
 }
 
-// Stream-K: the owner adds the partials of CTAs first..last, in that order, and clears their flags.
+// Stream-K: the owner adds the partials of CTAs first..last, in that order (the sum does not depend
+// on which contributor finished first). Their flags are awaited all at once, one consumer thread
+// each, so the owner waits for the slowest contributor once instead of for each in turn.
 template <class Config>
 __device__ __forceinline__ void gather_partials(const EngineParams& p, float (&acc)[Config::kAccumulators],
                                                 int64_t first, int64_t last, int consumer) {
+  for (int64_t cta = first + consumer; cta <= last; cta += Config::kConsumerThreads) flag_acquire(p.flags + cta);
+  named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);
   for (int64_t cta = first; cta <= last; ++cta) {
-    if (consumer == 0) flag_acquire_and_clear(p.flags + cta);
-    named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);
     const float* partial = p.partials + cta * Config::kBlockM * Config::kBlockN;
 #pragma unroll
     for (int i = 0; i < Config::kAccumulators; ++i) acc[i] += __ldcg(partial + i * Config::kConsumerThreads + consumer);

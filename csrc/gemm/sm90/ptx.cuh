@@ -107,13 +107,12 @@ __device__ __forceinline__ void flag_release(int* flag) {
   asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(flag), "r"(1) : "memory");
 }
 
-// Waits until the flag is raised, then lowers it for the next launch.
-__device__ __forceinline__ void flag_acquire_and_clear(int* flag) {
+// Waits until the flag is raised (the launch's clear_flags kernel lowered it before).
+__device__ __forceinline__ void flag_acquire(const int* flag) {
   int value = 0;
   do {
     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(value) : "l"(flag) : "memory");
   } while (value == 0);
-  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(flag), "r"(0) : "memory");
 }
 
 // ---- warp groups --------------------------------------------------------------------------------
