@@ -51,26 +51,23 @@ constexpr const char* kName = "composition";
 // ---- where dispatch takes it ---------------------------------------------------------------------
 
 // Measured on one H200, the fused Hopper engine and this backend by name on six (N, K) of
-// benchmarks/bench_gemm.py, M = 128 .. 1024 (benchmarks/results/h200-composition-floor.json), and
-// again after the engine's decoder cut (h200-composition-floor-recheck.json): the rows from which
-// the composition was faster on every shape (ties within 1 %) are 512 for MXFP8 (384 before the
-// cut; at 384 the engine now wins on four of six) and 768 for MXFP4, NVFP4 and bf16 activations
-// with 4-bit weights. (On (7168, 2048), an MoE expert's
-// down projection, it was faster from 256 rows for all of them; one shape is not a rule.) Other
-// pairs (E0M3 weights, mixed formats) keep the earlier 1024 rows: not measured below them. On every
+// benchmarks/bench_gemm.py, M = 128 .. 1024 (benchmarks/results/h200-composition-floor.json), again
+// after the engine's decoder cut (h200-composition-floor-recheck.json) and after its epilogue and
+// stream-K fix-up cut (h200-composition-floor-epilogue.json): the rows from which the composition
+// is faster on every shape (ties within 1 %) are 768 for MXFP8 (at 512 the engine now wins on two
+// of six and ties on three) and 1024 for MXFP4, NVFP4 and bf16 activations with 4-bit weights (at
+// 768 the engine wins on three to five of six). (On (7168, 2048), an MoE expert's down projection,
+// the engine stays 1.03x faster at 1024 rows for NVFP4 and MXFP4; one shape is not a rule.) Other
+// pairs (E0M3 weights, mixed formats) take it from 1024 rows as well: not measured below. On every
 // arch it takes bf16 activations that no arch kernel reads (Blackwell's kernels have none), above
 // the skinny tier's M <= 16.
-constexpr int64_t kMxfp8MinRows = 512;
-constexpr int64_t kFourBitMinRows = 768;
-constexpr int64_t kUnmeasuredMinRows = 1024;
+constexpr int64_t kMxfp8MinRows = 768;
+constexpr int64_t kOtherMinRows = 1024;
 constexpr int64_t kSkinnyMaxRows = 16;
 
 // The fewest rows from which dispatch takes a dense problem with block-scaled weights on sm_90.
 constexpr int64_t hopper_min_rows(OperandFormat a, OperandFormat b) {
-  const bool mxfp8 = a == OperandFormat::Mxfp8 && b == OperandFormat::Mxfp8;
-  const bool four_bit_b = b == OperandFormat::Nvfp4 || b == OperandFormat::Mxfp4;
-  const bool four_bit = four_bit_b && (a == b || a == OperandFormat::Bf16);
-  return mxfp8 ? kMxfp8MinRows : four_bit ? kFourBitMinRows : kUnmeasuredMinRows;
+  return a == OperandFormat::Mxfp8 && b == OperandFormat::Mxfp8 ? kMxfp8MinRows : kOtherMinRows;
 }
 
 enum class Region { Not, Taken, WhereNoArchKernel };

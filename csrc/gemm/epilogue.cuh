@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "csrc/common/dequant.cuh"
 #include "csrc/gemm/problem.h"
@@ -132,6 +133,18 @@ __device__ __forceinline__ void store_b32x4(void* ptr, uint32_t x, uint32_t y, u
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
 }
 
+// Two floats rounded to a 16-bit pair (__half or __nv_bfloat16), as bits.
+template <class T>
+__device__ __forceinline__ uint32_t pack_pair(float x, float y) {
+  if constexpr (std::is_same_v<T, __half>) return pair_bits(__floats2half2_rn(x, y));
+  return pair_bits(__floats2bfloat162_rn(x, y));
+}
+
+// Whether a row of 16-bit outputs may be written eight elements (16 bytes) per store.
+__device__ __forceinline__ bool octet_stores(const GemmEpilogue& e, int64_t width) {
+  return e.out_format != OutFormat::Fp32 && width % 8 == 0 && reinterpret_cast<uintptr_t>(e.out) % 16 == 0;
+}
+
 // Whether store_quad may write four outputs as one store: rows of a multiple of four elements and
 // an output aligned to four (uniform per launch; the engine's check of e.out covers pairs only).
 __device__ __forceinline__ bool quad_stores(const GemmEpilogue& e, int64_t width) {
@@ -153,11 +166,10 @@ __device__ __forceinline__ void store_quad(const GemmEpilogue& e, int64_t m, int
     store_b32x4(static_cast<float*>(e.out) + i, __float_as_uint(y[0]), __float_as_uint(y[1]), __float_as_uint(y[2]),
                 __float_as_uint(y[3]));
   } else if (e.out_format == OutFormat::Fp16) {
-    store_b32x2(static_cast<__half*>(e.out) + i, pair_bits(__floats2half2_rn(y[0], y[1])),
-                pair_bits(__floats2half2_rn(y[2], y[3])));
+    store_b32x2(static_cast<__half*>(e.out) + i, pack_pair<__half>(y[0], y[1]), pack_pair<__half>(y[2], y[3]));
   } else {
-    store_b32x2(static_cast<__nv_bfloat16*>(e.out) + i, pair_bits(__floats2bfloat162_rn(y[0], y[1])),
-                pair_bits(__floats2bfloat162_rn(y[2], y[3])));
+    store_b32x2(static_cast<__nv_bfloat16*>(e.out) + i, pack_pair<__nv_bfloat16>(y[0], y[1]),
+                pack_pair<__nv_bfloat16>(y[2], y[3]));
   }
 }
 

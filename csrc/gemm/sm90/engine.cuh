@@ -870,14 +870,65 @@ __device__ __forceinline__ void produce(const SharedStorage<Config>& smem, const
 
 // The epilogue. Accumulators go through shared memory (the bf16 tiles are free once both
 // warpgroups retired their last wgmma; the ring is not, the producer may be filling it with the
-// next tile): 64 rows at a time (one warpgroup's of a 128-row tile, or both warpgroups' column
-// halves of a 64-row tile) land as float2 rows. Then each consumer thread takes one column quad
-// (four columns, the same in every row, so the bias is read once per tile) and walks the rows,
-// one 16-byte shared load and one store of four outputs per row: a warp writes 128 adjacent
-// columns of a row. (Walking column pairs cost ~60 instructions per pair, bounds and 64-bit
-// addressing included, and kept the epilogue at ~9.5 us per 128 x 256 tile on the H200: a quarter
-// of a short stream-K piece; benchmarks/NOTES.md, "the engine's fixed cost".) Only the tile's rows
-// that its group owns are written (rows below m_end; contiguous groups: rows with the group's id).
+// next tile), so that the global stores are wide and coalesced. (Storing from the fragment layout,
+// or walking the staging as column pairs, cost ~60 instructions per pair with bounds and 64-bit
+// addressing, and ~9.5 us per 128 x 256 tile on the H200: a quarter of a short stream-K piece;
+// benchmarks/NOTES.md, "the engine's fixed cost".) Only the tile's rows that its group owns are
+// written (rows below m_end; contiguous groups: rows with the group's id).
+//
+// Plain scaling into 16-bit outputs of rows of a multiple of eight (store_tile_16bit): the whole
+// tile is staged at once in the output type, both warpgroups at the same time, then each thread
+// copies 16-byte row pieces out. Otherwise (store_tile): 64 rows at a time (one warpgroup's of a
+// 128-row tile, or both warpgroups' column halves of a 64-row tile) land as float2 rows, then each
+// thread takes one column quad (the same four columns in every row, so the bias is read once per
+// tile) and walks the rows, one 16-byte shared load and one store of four outputs per row.
+template <class Config, class T>
+__device__ __forceinline__ void store_tile_16bit(const SharedStorage<Config>& smem, const EngineParams& p,
+                                                 const float (&acc)[Config::kAccumulators], const WorkTile& t,
+                                                 int consumer, float alpha) {
+  // Rows 16-byte aligned; a warp's fragment writes (8 rows x 4 pairs) hit 32 distinct banks.
+  constexpr int kStride = Config::kBlockN + 8;
+  static_assert(Config::kBlockM * kStride * 2 <= 64 * Config::kStagingStride * 4, "the staging holds the tile");
+  constexpr int kOctetsPerRow = Config::kBlockN / 8;
+  constexpr int kRowsPerPass = Config::kConsumerThreads / kOctetsPerRow;
+  constexpr int kValueExponent = Config::kValueExponentA + Config::kValueExponentB;
+  constexpr bool kColumnHalves = Config::kBlockM == 64;
+  auto* staging = reinterpret_cast<T*>(smem.staging());
+  const int warpgroup = consumer / 128, lane = consumer % 32;
+  const int row0 = (kColumnHalves ? 0 : 64 * warpgroup) + ((consumer % 128) / 32) * 16 + lane / 4;
+  const int col0 = (kColumnHalves ? warpgroup * Config::kWarpgroupN : 0) + 2 * (lane % 4);
+  named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);
+#pragma unroll
+  for (int i = 0; i < Config::kAccumulators; i += 2) {
+    float x = acc[i], y = acc[i + 1];
+    if constexpr (kValueExponent > 0) {  // the decoded operands' power of two, back (exact)
+      x *= exp2i(kValueExponent);
+      y *= exp2i(kValueExponent);
+    }
+    const int row = row0 + 8 * ((i % 4) / 2), col = col0 + 8 * (i / 4);
+    *reinterpret_cast<uint32_t*>(staging + row * kStride + col) = pack_pair<T>(x * alpha, y * alpha);
+  }
+  named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);
+  const int col = 8 * (consumer % kOctetsPerRow);
+  const int64_t n = t.n0 + col, m_end = t.m_end < p.m ? t.m_end : p.m;
+  const int rows = int(m_end - t.m0 < Config::kBlockM ? m_end - t.m0 : Config::kBlockM);
+  if (n < p.n) {
+    T* out = static_cast<T*>(p.epilogue.out) + n;
+#pragma unroll 4
+    for (int row = consumer / kOctetsPerRow; row < rows; row += kRowsPerPass) {
+      const int64_t m = t.m0 + row;
+      if constexpr (Config::kGrouping == Grouping::Contiguous) {
+        if (!p.schedule.groups.owns(t.group, m)) continue;
+      }
+      const uint4 v = *reinterpret_cast<const uint4*>(staging + row * kStride + col);
+      store_b32x4(out + m * p.n, v.x, v.y, v.z, v.w);
+    }
+  }
+  // The staging overlaps the bf16 B tiles, which a persistent CTA's next tile decodes into as soon
+  // as its first stage arrives: every consumer has read the staging before any of them goes on.
+  named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);
+}
+
 template <class Config>
 __device__ __forceinline__ void store_tile(const SharedStorage<Config>& smem, const EngineParams& p,
                                            const float (&acc)[Config::kAccumulators], const WorkTile& t,
@@ -890,6 +941,10 @@ __device__ __forceinline__ void store_tile(const SharedStorage<Config>& smem, co
   const int64_t m_end = t.m_end < p.m ? t.m_end : p.m;
   // Plain scaling (the common case) skips the per-element bias, residual and activation tests.
   const bool plain = e.bias == nullptr && e.residual == nullptr && e.activation == Activation::None;
+  if (plain && octet_stores(e, p.n)) {
+    if (e.out_format == OutFormat::Fp16) return store_tile_16bit<Config, __half>(smem, p, acc, t, consumer, alpha);
+    return store_tile_16bit<Config, __nv_bfloat16>(smem, p, acc, t, consumer, alpha);
+  }
   constexpr int kQuadsPerRow = Config::kBlockN / 4;
   constexpr int kRowsPerPass = Config::kConsumerThreads / kQuadsPerRow;
   constexpr int kValueExponent = Config::kValueExponentA + Config::kValueExponentB;
@@ -955,9 +1010,14 @@ __device__ __forceinline__ void store_tile(const SharedStorage<Config>& smem, co
 template <class Config>
 __device__ __forceinline__ void publish_partial(const EngineParams& p, const float (&acc)[Config::kAccumulators],
                                                 int64_t slot, int consumer) {
-  float* partial = p.partials + slot * Config::kBlockM * Config::kBlockN;
+  // Two accumulators per 8-byte store (__stcg: the owner reads them from L2), consumer-major per
+  // pair. (16-byte loads in the gather made ptxas spill in the MXFP8 K loop; an st.global through
+  // inline assembly here made it serialize the wgmmas, C7514.)
+  auto* partial = reinterpret_cast<float2*>(p.partials + slot * Config::kBlockM * Config::kBlockN);
 #pragma unroll
-  for (int i = 0; i < Config::kAccumulators; ++i) partial[i * Config::kConsumerThreads + consumer] = acc[i];
+  for (int i = 0; i < Config::kAccumulators; i += 2) {
+    __stcg(partial + (i / 2) * Config::kConsumerThreads + consumer, make_float2(acc[i], acc[i + 1]));
+  }
   __threadfence();
   named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);
   if (consumer == 0) flag_release(p.flags + slot);
@@ -972,9 +1032,12 @@ __device__ __forceinline__ void gather_partials(const EngineParams& p, float (&a
   for (int64_t cta = first + consumer; cta <= last; cta += Config::kConsumerThreads) flag_acquire(p.flags + cta);
   named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);
   for (int64_t cta = first; cta <= last; ++cta) {
-    const float* partial = p.partials + cta * Config::kBlockM * Config::kBlockN;
+    const auto* partial = reinterpret_cast<const float2*>(p.partials + cta * Config::kBlockM * Config::kBlockN);
 #pragma unroll
-    for (int i = 0; i < Config::kAccumulators; ++i) acc[i] += __ldcg(partial + i * Config::kConsumerThreads + consumer);
+    for (int i = 0; i < Config::kAccumulators; i += 2) {
+      const float2 v = __ldcg(partial + (i / 2) * Config::kConsumerThreads + consumer);
+      acc[i] += v.x, acc[i + 1] += v.y;
+    }
   }
 }
 
