@@ -1,4 +1,5 @@
-// Kernel launch with optional programmatic dependent launch (PDL, sm_90+).
+// Kernel launch with optional programmatic dependent launch (PDL, sm_90+) and thread-block
+// clusters, and the occupancy questions a launch plan asks.
 //
 // With `pdl`, the kernel may start while the previous kernel on the stream is still running; it
 // must call `griddep_wait()` before touching memory the previous kernel writes. Every kernel in
@@ -11,6 +12,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <utility>
 
 #include "csrc/common/check.h"
 #include "csrc/common/sf_layout.cuh"
@@ -50,20 +55,90 @@ __device__ __forceinline__ int64_t matrix_col() { return int64_t(blockIdx.x) * b
 __device__ __forceinline__ int64_t matrix_first_row() { return int64_t(blockIdx.y) * blockDim.y + threadIdx.y; }
 __device__ __forceinline__ int64_t matrix_row_stride() { return int64_t(gridDim.y) * blockDim.y; }
 
+// A launch in clusters of `cluster` CTAs (none for 1: a plain launch), with programmatic dependent
+// launch where asked.
 template <class... KernelArgs, class... Args>
-void launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
-                   cudaStream_t stream, bool pdl, Args&&... args) {
+void launch_kernel_in_clusters(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
+                               cudaStream_t stream, bool pdl, int cluster, Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attribute[2];
+  int count = 0;
+  if (cluster > 1) {
+    attribute[count].id = cudaLaunchAttributeClusterDimension;
+    attribute[count].val.clusterDim.x = unsigned(cluster);
+    attribute[count].val.clusterDim.y = 1;
+    attribute[count].val.clusterDim.z = 1;
+    ++count;
+  }
+  if (pdl) {
+    attribute[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[count].val.programmaticStreamSerializationAllowed = 1;
+    ++count;
+  }
   config.attrs = attribute;
-  config.numAttrs = pdl ? 1 : 0;
+  config.numAttrs = count;
   FP4_GEMM_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+template <class... KernelArgs, class... Args>
+void launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
+                   cudaStream_t stream, bool pdl, Args&&... args) {
+  launch_kernel_in_clusters(kernel, grid, block, smem_bytes, stream, pdl, 1, std::forward<Args>(args)...);
+}
+
+// A device attribute, asked once per (device, attribute).
+inline int device_attribute(int device, cudaDeviceAttr attribute) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, int>, int> cache;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair(device, int(attribute));
+  const auto found = cache.find(key);
+  if (found != cache.end()) return found->second;
+  int value = 0;
+  FP4_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&value, attribute, device));
+  cache.emplace(key, value);
+  return value;
+}
+
+// CTAs of a kernel resident at once on the whole device, in clusters of `cluster` (a cluster's CTAs
+// on SMs of one GPC); asked once per (device, kernel, block, shared memory, cluster).
+inline int64_t resident_ctas(int device, const void* kernel, int threads, size_t smem, int cluster) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, const void*, int, size_t, int>, int64_t> cache;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(device, kernel, threads, smem, cluster);
+  const auto found = cache.find(key);
+  if (found != cache.end()) return found->second;
+  int64_t ctas = 0;
+  if (cluster == 1) {
+    int blocks = 0;
+    FP4_GEMM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem));
+    ctas = int64_t(blocks) * device_attribute(device, cudaDevAttrMultiProcessorCount);
+  } else {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(unsigned(cluster));
+    config.blockDim = dim3(unsigned(threads));
+    config.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = unsigned(cluster);
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+      (void)cudaGetLastError();  // this cluster size does not fit: not a failure of the call
+      clusters = 0;
+    }
+    ctas = int64_t(clusters) * cluster;
+  }
+  cache.emplace(key, ctas);
+  return ctas;
 }
 
 }  // namespace fp4_gemm

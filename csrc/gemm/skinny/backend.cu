@@ -165,18 +165,6 @@ int current_device() {
   return device;
 }
 
-int device_attribute(int device, cudaDeviceAttr attribute) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, int>, int> cache;
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_pair(device, int(attribute));
-  const auto found = cache.find(key);
-  if (found != cache.end()) return found->second;
-  int value = 0;
-  FP4_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&value, attribute, device));
-  cache.emplace(key, value);
-  return value;
-}
 
 // The dynamic shared memory a block of `kernel` may use on this device (what it may opt into, less
 // the kernel's static barriers), opted into once per kernel.
@@ -195,42 +183,6 @@ int max_dynamic_shared_memory(int device, const void* kernel) {
   return bytes;
 }
 
-// CTAs of a configuration resident at once on the whole device, in clusters of `splits`; asked once
-// per (device, kernel, shape).
-int64_t resident_ctas(int device, const void* kernel, int threads, size_t smem, int splits) {
-  static std::mutex mutex;
-  static std::map<std::tuple<int, const void*, int, size_t, int>, int64_t> cache;
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_tuple(device, kernel, threads, smem, splits);
-  const auto found = cache.find(key);
-  if (found != cache.end()) return found->second;
-  int64_t ctas = 0;
-  if (splits == 1) {
-    int blocks = 0;
-    FP4_GEMM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem));
-    ctas = int64_t(blocks) * device_attribute(device, cudaDevAttrMultiProcessorCount);
-  } else {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(unsigned(splits));
-    config.blockDim = dim3(unsigned(threads));
-    config.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = unsigned(splits);
-    attribute[0].val.clusterDim.y = 1;
-    attribute[0].val.clusterDim.z = 1;
-    config.attrs = attribute;
-    config.numAttrs = 1;
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
-      (void)cudaGetLastError();  // this cluster size does not fit: not a failure of the call
-      clusters = 0;
-    }
-    ctas = int64_t(clusters) * splits;
-  }
-  cache.emplace(key, ctas);
-  return ctas;
-}
 
 // How one problem runs.
 struct Plan {
@@ -615,33 +567,6 @@ bool stream_writes_nvfp4(const GemmProblem& p) {
   return register_stream_chosen(p) && stream_fits(p);
 }
 
-// A launch in clusters of `splits` CTAs (none for 1), with programmatic dependent launch where asked.
-template <class Args>
-void launch_clusters(void (*kernel)(Args), int64_t ctas, int threads, size_t smem, int splits, bool pdl,
-                     cudaStream_t stream, const Args& args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(unsigned(ctas));
-  config.blockDim = dim3(unsigned(threads));
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[2];
-  int count = 0;
-  if (splits > 1) {
-    attribute[count].id = cudaLaunchAttributeClusterDimension;
-    attribute[count].val.clusterDim.x = unsigned(splits);
-    attribute[count].val.clusterDim.y = 1;
-    attribute[count].val.clusterDim.z = 1;
-    ++count;
-  }
-  if (pdl) {
-    attribute[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute[count].val.programmaticStreamSerializationAllowed = 1;
-    ++count;
-  }
-  config.attrs = attribute;
-  config.numAttrs = count;
-  FP4_GEMM_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args));
-}
 
 void run_register_stream(const GemmProblem& p, const StreamPlan& plan, cudaStream_t stream) {
   StreamArgs args{};
@@ -658,8 +583,8 @@ void run_register_stream(const GemmProblem& p, const StreamPlan& plan, cudaStrea
   args.partial_offset = plan.partial_offset;
   args.epilogue = p.epilogue;
   args.unbias = exp2i(plan.unbias_exponent);
-  launch_clusters(plan.kernel, plan.ctas, plan.slice_warps * plan.tile_warps * 32, plan.smem, plan.splits, p.pdl,
-                  stream, args);
+  launch_kernel_in_clusters(plan.kernel, dim3(unsigned(plan.ctas)), dim3(unsigned(plan.slice_warps * plan.tile_warps * 32)),
+                            plan.smem, stream, p.pdl, plan.splits, args);
 }
 
 // Contiguous problems the CTAs do not find the spans of themselves: each group's span of rows
@@ -706,8 +631,8 @@ void run(const GemmProblem& p, cudaStream_t stream) {
   }
   args.groups =
       spans_in_block(p) ? group_rows_without_spans(p) : device_group_rows(p, static_cast<int32_t*>(p.scratch), stream);
-  launch_clusters(plan.choice.kernel, plan.clusters * plan.splits, plan.threads, plan.smem, plan.splits, p.pdl, stream,
-                  args);
+  launch_kernel_in_clusters(plan.choice.kernel, dim3(unsigned(plan.clusters * plan.splits)), dim3(unsigned(plan.threads)),
+                            plan.smem, stream, p.pdl, plan.splits, args);
 }
 
 const GemmBackendRegistrar kRegistrar({"skinny", GemmArch::Portable, 0, &supports, &run, &scratch_bytes});
