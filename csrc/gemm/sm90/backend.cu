@@ -96,24 +96,29 @@ int64_t sm_count(const GemmProblem& p) { return p.sm_count > 0 ? p.sm_count : de
 //
 // The 64-row tile runs no padding rows at M <= 64; above, it does about the same wgmma work as the
 // 128-row tile but decodes B once per 64 rows, which pays only while there is little work per SM
-// (short stream-K pieces: ramp, fix-up and epilogue dominate). Measured on the H200 (NVFP4, MXFP8,
-// MXFP4; benchmarks/NOTES.md, "a 64-row tile"), 64 x 256 time / 128 x 256 time: M <= 64 0.70-0.88 on
-// every (N, K) measured; M = 96..192 0.79-0.95 (one 1.01) where the 64-row tiles take at most 41 K
-// tiles per SM, 1.03-1.40 from 62 on; M = 256 0.95-1.10 at 27 per SM, 1.06-1.61 above: kept on 128.
-// Other operand pairs (bf16 A, E0M3) take it at M <= 64 only, where it is strictly less work.
+// (short stream-K pieces: ramp, fix-up and epilogue dominate). Measured on the H200 with both tiles
+// decoding B in their decoder warpgroup (benchmarks/NOTES.md, "the 64-row tile's decoder
+// warpgroup"; results/h200-engine-tiles.json), 128 x 256 time / 64 x 256 time over M = 96..256 on
+// six (N, K) and NVFP4, MXFP8, MXFP4 and bf16 x NVFP4 (W4A16): 1.00-1.47 where the 64-row tiles
+// take at most 27 K tiles (of 64) per SM, 0.95-1.23 at 20 to 41 (above 1 where a 128-row tile
+// would be shared by many CTAs, (2048, 7168)), 0.67-0.94 from 54 on. Above 192 rows it stays on
+// 128 (at 256 x 7168 x 2048, 27 per SM, NVFP4 took 33.6 us on 64 rows against 29.3 on 128). Other
+// operand pairs (E0M3, bf16 x MXFP4: not measured) take it at M <= 64 only, where it is strictly
+// less work.
 struct TileShape {
   int rows, width;
 };
 
 constexpr int64_t kShortTileRows = 64;
 constexpr int64_t kShortTileMaxRows = 192;        // above 64 rows, the auto choice as measured
-constexpr int64_t kShortTileMaxKTilesPerSm = 48;  // between the 41 measured faster and the 62 not
+constexpr int64_t kShortTileMaxKTilesPerSm = 32;  // between the 27 measured faster and the 41 not
 
 bool short_tile_pays(const GemmProblem& p) {
   if (p.m <= kShortTileRows) return true;
-  const bool measured_pair = p.a.format == p.b.format && (p.a.format == OperandFormat::Nvfp4 ||
-                                                          p.a.format == OperandFormat::Mxfp4 ||
-                                                          p.a.format == OperandFormat::Mxfp8);
+  const OperandFormat a = p.a.format, b = p.b.format;
+  const bool measured_pair = (a == b && (a == OperandFormat::Nvfp4 || a == OperandFormat::Mxfp4 ||
+                                         a == OperandFormat::Mxfp8)) ||
+                             (a == OperandFormat::Bf16 && b == OperandFormat::Nvfp4);
   if (!measured_pair || p.m > kShortTileMaxRows) return false;
   const int64_t k_tiles = ceil_div(p.m, kShortTileRows) * ceil_div(p.n, 256) * ceil_div(p.k, 64);
   return k_tiles <= kShortTileMaxKTilesPerSm * sm_count(p);

@@ -13,10 +13,11 @@
 //                - issue four m64 x kWarpgroupN x k16 wgmmas (A from registers, B from shared
 //                  memory: a 64-row tile's second warpgroup starts kBlockN / 2 rows into the bf16
 //                  tile) and decode the next K tile while those run;
-//   warpgroup 3  for dense 128 x 256 tiles (kDecodeWarps), the decoders: they dequantize each
+//   warpgroup 3  for dense 256-wide tiles (kDecodeWarps), the decoders: they dequantize each
 //                stage's B tile instead of the consumers, ahead of them (the bf16 tiles handed
 //                over and back by mbarriers); the consumers then decode only A, and issue their
-//                wgmmas as pairs of m64 x 128 halves.
+//                wgmmas as m64 x 128 pieces (a 128-row tile's warpgroup two of them per k16 step,
+//                a 64-row tile's one, on its half of the columns).
 //
 // K order inside a tile. Summation order is free, so wgmma's K slots need not hold the elements
 // in order, only the same element for A and B. wgmma's register fragment gives thread
@@ -93,13 +94,14 @@ struct EngineConfig {
   static constexpr int kAccumulators = kWarpgroupN / 2;                       // floats per consumer thread
   static constexpr int kBlockK = 64;  // one 128-byte bf16 row of the swizzled B tile
   static constexpr int kConsumerThreads = 256;
-  // Dense 128 x 256 tiles with a packed B have a decoder warpgroup (kDecodeWarps): it decodes all
-  // of B into the rotating bf16 tiles, running ahead of the consumers (mbarriers hand the tiles
-  // over and back), and the consumers decode only A into fragments and issue the wgmmas. In the
-  // consumers' own instruction stream the decode and the wgmmas overlapped little: at 256 x 17408
-  // x 5120 NVFP4 the K loop took 110 us, without the decode 77 us, without the wgmmas 72 us
-  // (benchmarks/NOTES.md).
-  static constexpr bool kDecodeWarps = kPackedB && kGrouping == Grouping::Dense && kBlockM == 128 && kBlockN == 256;
+  // Dense 256-wide tiles with a packed B (128 or 64 rows) have a decoder warpgroup (kDecodeWarps):
+  // it decodes all of B into the rotating bf16 tiles, running ahead of the consumers (mbarriers
+  // hand the tiles over and back), and the consumers decode only A into fragments and issue the
+  // wgmmas. In the consumers' own instruction stream the decode and the wgmmas overlapped little:
+  // at 256 x 17408 x 5120 NVFP4 the K loop took 110 us, without the decode 77 us, without the
+  // wgmmas 72 us (benchmarks/NOTES.md). A 64-row tile's decoders ran it 1.01-1.10x faster at
+  // M = 64 and 1.03-1.10x at M = 128..192 than its consumers decoding B themselves.
+  static constexpr bool kDecodeWarps = kPackedB && kGrouping == Grouping::Dense && kBlockN == 256;
   static constexpr int kDecoderThreads = kDecodeWarps ? 128 : 0;
   static constexpr int kThreads = 128 + kConsumerThreads + kDecoderThreads;
   // The warps that free a stage of the TMA ring once they read their part of it.
