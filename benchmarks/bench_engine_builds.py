@@ -10,13 +10,15 @@ cleared before every run). Ratio = cuBLAS time / the build's time.
 
 `--variants 1,2` times each build's engine once per variant (columns build:variant, e.g. the 128 x 256
 and the 64 x 256 tiles of one build); outputs are compared bit for bit among the columns of one
-variant. `--backends sm90_engine,composition` times each build's dense rows on those backends, by
-name (columns build:backend; outputs compared among the columns of one backend): where the fused
-engine and the composition floor cross. `--shapes 64x4096x7168,...` (or "" for none) and `--formats nvfp4,mxfp8`
-replace the default rows; `--no-masked` leaves out the grouped rows. `--contiguous 64x16,256x64`
-adds MoE decode rows of group_contiguous_gemm (experts x tokens, each token routed to 8 random
-experts, rows sorted by expert; weights CONTIGUOUS_NK; peer torch._grouped_mm on the bf16 operands),
-on whichever backend serves them.
+variant. `--splits 1,4,8` likewise per GemmCall.splits of the dense rows (columns build:sS: the
+skinny kernels' K split over a cluster, or the engine's under experiments/engine-cluster-split-k.patch;
+0: dispatch's choice). `--backends sm90_engine,composition` times each build's
+dense rows on those backends, by name (columns build:backend; outputs compared among the columns of
+one backend): where the fused engine and the composition floor cross. `--shapes 64x4096x7168,...`
+(or "" for none) and `--formats nvfp4,mxfp8` replace the default rows; `--no-masked` leaves out the
+grouped rows. `--contiguous 64x16,256x64` adds MoE decode rows of group_contiguous_gemm (experts x
+tokens, each token routed to 8 random experts, rows sorted by expert; weights CONTIGUOUS_NK; peer
+torch._grouped_mm on the bf16 operands), on whichever backend serves them.
 """
 
 from __future__ import annotations
@@ -65,8 +67,9 @@ def dense_operands(fp4, ref, fmt: str, xa: torch.Tensor, xb: torch.Tensor):
 
 def timed(builds: dict, make_fn, shape, columns: dict | None = None) -> tuple[dict, bool]:
     """Each (build, column)'s median and whether every build's output equals the first build's of the
-    same column bit for bit. columns: {(variant, backend): label suffix}, default the engine as is."""
-    columns = columns or {(-1, "sm90_engine"): ""}
+    same column bit for bit. columns: {(variant, backend, splits): label suffix}, default the engine as
+    is."""
+    columns = columns or {(-1, "sm90_engine", 0): ""}
     times, firsts, same = {}, {}, True
     for name, fp4 in builds.items():
         for column, suffix in columns.items():
@@ -79,12 +82,16 @@ def timed(builds: dict, make_fn, shape, columns: dict | None = None) -> tuple[di
     return times, same
 
 
-def column_labels(variants: tuple[int, ...], backends: tuple[str, ...]) -> dict:
-    """{(variant, backend): ":variant" and/or ":backend" where more than one of them is timed}."""
+def column_labels(variants: tuple[int, ...], backends: tuple[str, ...], splits: tuple[int, ...]) -> dict:
+    """{(variant, backend, splits): ":variant", ":backend" and/or ":sS" where more than one of them is
+    timed}."""
     return {
-        (v, b): (f":{v}" if len(variants) > 1 else "") + (f":{b}" if len(backends) > 1 else "")
+        (v, b, s): (f":{v}" if len(variants) > 1 else "")
+        + (f":{b}" if len(backends) > 1 else "")
+        + (f":s{s}" if len(splits) > 1 else "")
         for b in backends
         for v in variants
+        for s in splits
     }
 
 
@@ -125,7 +132,7 @@ def contiguous_rows(builds: dict, ref, cases: list[tuple[int, int]], fmt: str = 
         peer = median_us(grouped_mm_bf16(a_bf, b_bf, offs))
         b = b.reshape(experts, n, -1)
 
-        def contiguous(mod, out, variant, backend, a=a, sfa=sfa, b=b, sfb=sfb, ids=ids, alpha=alpha):
+        def contiguous(mod, out, variant, backend, splits, a=a, sfa=sfa, b=b, sfb=sfb, ids=ids, alpha=alpha):
             return lambda: mod.group_contiguous_gemm(a, b, sfa, sfb, ids, out, alpha=alpha, mode=MODES[fmt])
 
         times, same = timed(builds, contiguous, (ids.numel(), n))
@@ -142,13 +149,15 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--variants", default="-1", help="comma-separated engine variants (GemmCall.variant)")
     parser.add_argument("--backends", default="sm90_engine", help="comma-separated backends of the dense rows")
+    parser.add_argument("--splits", default="0", help="comma-separated GemmCall.splits of the dense rows")
     parser.add_argument("--shapes", default=None, help="comma-separated MxNxK (default: SHAPES)")
     parser.add_argument("--formats", default=",".join(FORMATS), help="comma-separated, of " + ", ".join(FORMATS))
     parser.add_argument("--no-masked", action="store_true", help="leave out the grouped masked rows")
     parser.add_argument("--contiguous", default="", help="comma-separated EXPERTSxTOKENS decode rows")
     args = parser.parse_args()
     variants = tuple(int(v) for v in args.variants.split(","))
-    columns = column_labels(variants, tuple(args.backends.split(",")))
+    splits = tuple(int(s) for s in args.splits.split(","))
+    columns = column_labels(variants, tuple(args.backends.split(",")), splits)
     shapes = SHAPES if args.shapes is None else [tuple(map(int, s.split("x"))) for s in args.shapes.split(",") if s]
     formats = args.formats.split(",")
     builds = {name: get_local_kernel(Path(path)) for name, path in (b.split("=", 1) for b in args.builds)}
@@ -164,8 +173,8 @@ def main() -> None:
             a, sfa, b, sfb, af, bf, a_bf, b_bf = dense_operands(fp4, ref, fmt, xa, xb)
             cublas = cublas or median_us(lambda a_bf=a_bf, b_bf=b_bf: torch.mm(a_bf, b_bf.T))
 
-            def engine(mod, out, variant, backend, a=a, sfa=sfa, b=b, sfb=sfb, af=af, bf=bf):
-                call = mod._gemm.GemmCall(a, b, sfa, sfb, af, bf, out=out, variant=variant)
+            def engine(mod, out, variant, backend, splits, a=a, sfa=sfa, b=b, sfb=sfb, af=af, bf=bf):
+                call = mod._gemm.GemmCall(a, b, sfa, sfb, af, bf, out=out, variant=variant, splits=splits)
                 return lambda: call.run_on(backend)
 
             times, same = timed(builds, engine, (m, n), columns)
@@ -186,7 +195,7 @@ def main() -> None:
         b_bf = torch.stack([ref.dequantize(v, s, ref.FORMATS[fmt]).to(torch.bfloat16) for v, s in parts])
         bmm = median_us(lambda a_bf=a_bf, b_bf=b_bf: torch.bmm(a_bf, b_bf.transpose(1, 2)))
 
-        def masked(mod, out, variant, backend, a=a, sfa=sfa, b=b, sfb=sfb, fmt=fmt, counts=counts, alpha=alpha):
+        def masked(mod, out, variant, backend, splits, a=a, sfa=sfa, b=b, sfb=sfb, fmt=fmt, counts=counts, alpha=alpha):
             return lambda: mod.group_masked_gemm(
                 a, b, sfa, sfb, counts, out, alpha=alpha, max_m_per_expert=per, mode=MODES[fmt]
             )
