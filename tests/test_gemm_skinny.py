@@ -657,12 +657,14 @@ def test_register_stream_serves_17_to_64_rows_on_sm90_where_named(fp4, pair, m):
 @pytest.mark.parametrize(
     ("pair", "m", "n", "served"),
     [
-        (("nvfp4", "nvfp4"), 64, 2048, True),  # 128 tiles x 8 token tiles
+        (("nvfp4", "nvfp4"), 32, 2048, True),  # 128 tiles x 4 token tiles
+        (("nvfp4", "nvfp4"), 64, 2048, False),  # 128 x 8: 8 token tiles, the engine measured faster
         (("bf16", "nvfp4"), 32, 4096, True),  # 256 x 4
-        (("mxfp4", "mxfp4"), 48, 4096, False),  # 256 x 8: the engine measured faster
+        (("mxfp4", "mxfp4"), 48, 4096, False),  # 256 x 8
         (("nvfp4", "nvfp4"), 24, 17408, False),
-        (("mxfp8", "mxfp8"), 48, 1536, True),  # 96 x 8
-        (("mxfp8", "mxfp8"), 64, 2048, False),  # 128 x 8: above MXFP8's 768
+        (("mxfp8", "mxfp8"), 32, 1536, True),  # 96 x 4
+        (("mxfp8", "mxfp8"), 48, 1536, False),  # 96 x 8
+        (("mxfp8", "mxfp8"), 32, 4096, False),  # 256 x 4: above MXFP8's 768
     ],
 )
 def test_dispatch_takes_the_register_stream_kernel_at_17_to_64_rows_where_measured_faster(fp4, pair, m, n, served):

@@ -143,7 +143,7 @@ def gemm64(fp4, a, b, sfa, sfb) -> torch.Tensor:
 
 @requires_sm90
 @pytest.mark.gpu
-@pytest.mark.parametrize("m", [1, 2, 7, 8, 9, 16, 24, 40])
+@pytest.mark.parametrize("m", [1, 2, 7, 8, 9, 16, 24, 32])
 def test_public_nvfp4_outputs_on_the_register_stream_kernel_meet_the_bound(fp4, m):
     n, k = 96, 1024
     a, b, sfa, sfb = operands(m, n, k, seed=m)

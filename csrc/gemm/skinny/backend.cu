@@ -535,11 +535,17 @@ bool stream_fits(const GemmProblem& p) {
 // 32: 0.53-0.90 of the engine's time) or 768 with MXFP8 ones (0.49-0.78). Above that it lost at
 // (5120, 17408) M = 24 (1280: 1.4-2.3x) and from 2048 on by up to 4x ((17408, 5120) at every M,
 // (4096, 7168) and (7168, 2048) at 48 and 64), and gained little at (7168, 2048) M = 24 and 32 (1792:
-// 0.86-0.98), which stay with the engine.
+// 0.86-0.98), which stay with the engine. Since the engine's 64-row tile decodes B in its decoder
+// warpgroup (session 17, NOTES "the 64-row tile's decoder warpgroup"; results/h200-skinny-wide-
+// recheck.json) the kernel's 8 token tiles lose too: at 48 and 64 rows on (2048, 7168) and (1536,
+// 7168) it took 1.05-1.26x the engine's time; with 4 token tiles it still wins (0.76-0.93 at 24 and
+// 32 rows on those, 0.89-0.91 at (4096, 7168) M = 24; a tie, 0.98-1.04, at M = 32).
 constexpr int64_t kWideStreamMaxTileTokens = 1024;
 constexpr int64_t kWideStreamMaxTileTokensMxfp8 = 768;
+constexpr int kWideStreamMaxTokenTiles = 4;  // M <= 32
 
 bool wide_stream_pays(const GemmProblem& p) {
+  if (stream_token_tiles(p.m) > kWideStreamMaxTokenTiles) return false;
   const int64_t tile_tokens = ceil_div(p.n, kStreamTileRows) * stream_token_tiles(p.m);
   return tile_tokens <= (p.b.format == OperandFormat::Mxfp8 ? kWideStreamMaxTileTokensMxfp8 : kWideStreamMaxTileTokens);
 }
