@@ -165,7 +165,6 @@ int current_device() {
   return device;
 }
 
-
 // The dynamic shared memory a block of `kernel` may use on this device (what it may opt into, less
 // the kernel's static barriers), opted into once per kernel.
 int max_dynamic_shared_memory(int device, const void* kernel) {
@@ -182,7 +181,6 @@ int max_dynamic_shared_memory(int device, const void* kernel) {
   cache.emplace(key, bytes);
   return bytes;
 }
-
 
 // How one problem runs.
 struct Plan {
@@ -573,7 +571,6 @@ bool stream_writes_nvfp4(const GemmProblem& p) {
   return register_stream_chosen(p) && stream_fits(p);
 }
 
-
 void run_register_stream(const GemmProblem& p, const StreamPlan& plan, cudaStream_t stream) {
   StreamArgs args{};
   set_operands(p, args);
@@ -589,8 +586,8 @@ void run_register_stream(const GemmProblem& p, const StreamPlan& plan, cudaStrea
   args.partial_offset = plan.partial_offset;
   args.epilogue = p.epilogue;
   args.unbias = exp2i(plan.unbias_exponent);
-  launch_kernel_in_clusters(plan.kernel, dim3(unsigned(plan.ctas)), dim3(unsigned(plan.slice_warps * plan.tile_warps * 32)),
-                            plan.smem, stream, p.pdl, plan.splits, args);
+  const dim3 block(unsigned(plan.slice_warps * plan.tile_warps * 32));
+  launch_kernel_in_clusters(plan.kernel, dim3(unsigned(plan.ctas)), block, plan.smem, stream, p.pdl, plan.splits, args);
 }
 
 // Contiguous problems the CTAs do not find the spans of themselves: each group's span of rows
@@ -637,8 +634,8 @@ void run(const GemmProblem& p, cudaStream_t stream) {
   }
   args.groups =
       spans_in_block(p) ? group_rows_without_spans(p) : device_group_rows(p, static_cast<int32_t*>(p.scratch), stream);
-  launch_kernel_in_clusters(plan.choice.kernel, dim3(unsigned(plan.clusters * plan.splits)), dim3(unsigned(plan.threads)),
-                            plan.smem, stream, p.pdl, plan.splits, args);
+  launch_kernel_in_clusters(plan.choice.kernel, dim3(unsigned(plan.clusters * plan.splits)),
+                            dim3(unsigned(plan.threads)), plan.smem, stream, p.pdl, plan.splits, args);
 }
 
 const GemmBackendRegistrar kRegistrar({"skinny", GemmArch::Portable, 0, &supports, &run, &scratch_bytes});

@@ -99,8 +99,8 @@ struct EngineConfig {
   // hand the tiles over and back), and the consumers decode only A into fragments and issue the
   // wgmmas. In the consumers' own instruction stream the decode and the wgmmas overlapped little:
   // at 256 x 17408 x 5120 NVFP4 the K loop took 110 us, without the decode 77 us, without the
-  // wgmmas 72 us (benchmarks/NOTES.md). A 64-row tile's decoders ran it 1.01-1.10x faster at
-  // M = 64 and 1.03-1.10x at M = 128..192 than its consumers decoding B themselves.
+  // wgmmas 72 us (benchmarks/NOTES.md). A 64-row tile's decoders ran it 1.01-1.12x faster at
+  // M = 64 and 1.04-1.20x at M = 96..192 than its consumers decoding B themselves (H200).
   static constexpr bool kDecodeWarps = kPackedB && kGrouping == Grouping::Dense && kBlockN == 256;
   static constexpr int kDecoderThreads = kDecodeWarps ? 128 : 0;
   static constexpr int kThreads = 128 + kConsumerThreads + kDecoderThreads;
