@@ -55,6 +55,16 @@ __device__ __forceinline__ int64_t matrix_col() { return int64_t(blockIdx.x) * b
 __device__ __forceinline__ int64_t matrix_first_row() { return int64_t(blockIdx.y) * blockDim.y + threadIdx.y; }
 __device__ __forceinline__ int64_t matrix_row_stride() { return int64_t(gridDim.y) * blockDim.y; }
 
+// The launch attribute of one-dimensional clusters of `cluster` CTAs.
+inline cudaLaunchAttribute cluster_dimension(int cluster) {
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = unsigned(cluster);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  return attribute;
+}
+
 // A launch in clusters of `cluster` CTAs (none for 1: a plain launch), with programmatic dependent
 // launch where asked.
 template <class... KernelArgs, class... Args>
@@ -67,13 +77,7 @@ void launch_kernel_in_clusters(void (*kernel)(KernelArgs...), dim3 grid, dim3 bl
   config.stream = stream;
   cudaLaunchAttribute attribute[2];
   int count = 0;
-  if (cluster > 1) {
-    attribute[count].id = cudaLaunchAttributeClusterDimension;
-    attribute[count].val.clusterDim.x = unsigned(cluster);
-    attribute[count].val.clusterDim.y = 1;
-    attribute[count].val.clusterDim.z = 1;
-    ++count;
-  }
+  if (cluster > 1) attribute[count++] = cluster_dimension(cluster);
   if (pdl) {
     attribute[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attribute[count].val.programmaticStreamSerializationAllowed = 1;
@@ -123,11 +127,7 @@ inline int64_t resident_ctas(int device, const void* kernel, int threads, size_t
     config.gridDim = dim3(unsigned(cluster));
     config.blockDim = dim3(unsigned(threads));
     config.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = unsigned(cluster);
-    attribute[0].val.clusterDim.y = 1;
-    attribute[0].val.clusterDim.z = 1;
+    cudaLaunchAttribute attribute[1] = {cluster_dimension(cluster)};
     config.attrs = attribute;
     config.numAttrs = 1;
     int clusters = 0;
