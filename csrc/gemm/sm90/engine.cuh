@@ -92,6 +92,9 @@ struct EngineConfig {
   static_assert(kBlockM == 128 || (kBlockM == 64 && kPackedB && kBlockN == 256), "tiles 128 x N and 64 x 256");
   static constexpr int kWarpgroupN = kBlockM == 128 ? kBlockN : kBlockN / 2;  // one wgmma's columns
   static constexpr int kAccumulators = kWarpgroupN / 2;                       // floats per consumer thread
+  // The stream-K owner's gather loads two partial tiles at a time (gather_partials).
+  static constexpr bool kGatherPairs =
+      kBlockM == 64 && kA == kB && (kA == OperandFormat::Nvfp4 || kA == OperandFormat::Mxfp4);
   static constexpr int kBlockK = 64;  // one 128-byte bf16 row of the swizzled B tile
   static constexpr int kConsumerThreads = 256;
   // Dense 256-wide tiles with a packed B (128 or 64 rows) have a decoder warpgroup (kDecodeWarps):
@@ -1028,12 +1031,36 @@ __device__ __forceinline__ void publish_partial(const EngineParams& p, const flo
 // Stream-K: the owner adds the partials of CTAs first..last, in that order (the sum does not depend
 // on which contributor finished first). Their flags are awaited all at once, one consumer thread
 // each, so the owner waits for the slowest contributor once instead of for each in turn.
+// kGatherPairs: the 64-row tile of NVFP4 or MXFP4 loads two partials at a time (its 64 accumulators
+// leave the registers for them): one L2 round trip for both. It measured 1.01-1.05x at M = 64 on the
+// H200, most where a tile has many pieces (64 x 2048 x 7168: 16); MXFP8 and W4A16 ran 1-2 % slower
+// with it, and the 128-row tile has no registers for it (benchmarks/NOTES.md, session 18).
 template <class Config>
 __device__ __forceinline__ void gather_partials(const EngineParams& p, float (&acc)[Config::kAccumulators],
                                                 int64_t first, int64_t last, int consumer) {
   for (int64_t cta = first + consumer; cta <= last; cta += Config::kConsumerThreads) flag_acquire(p.flags + cta);
   named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);
-  for (int64_t cta = first; cta <= last; ++cta) {
+  int64_t first_single = first;
+  if constexpr (Config::kGatherPairs) {
+    constexpr int kPairs = Config::kAccumulators / 2;
+    const auto partial_of = [&](int64_t cta) {
+      return reinterpret_cast<const float2*>(p.partials + cta * Config::kBlockM * Config::kBlockN) + consumer;
+    };
+    for (; first_single + 1 <= last; first_single += 2) {
+      float2 v[2][kPairs];
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+#pragma unroll
+        for (int i = 0; i < kPairs; ++i) v[b][i] = __ldcg(partial_of(first_single + b) + i * Config::kConsumerThreads);
+      }
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+#pragma unroll
+        for (int i = 0; i < kPairs; ++i) acc[2 * i] += v[b][i].x, acc[2 * i + 1] += v[b][i].y;
+      }
+    }
+  }
+  for (int64_t cta = first_single; cta <= last; ++cta) {
     const auto* partial = reinterpret_cast<const float2*>(p.partials + cta * Config::kBlockM * Config::kBlockN);
 #pragma unroll
     for (int i = 0; i < Config::kAccumulators; i += 2) {
