@@ -1033,8 +1033,8 @@ __device__ __forceinline__ void publish_partial(const EngineParams& p, const flo
 // each, so the owner waits for the slowest contributor once instead of for each in turn.
 // kGatherPairs: the 64-row tile of NVFP4 or MXFP4 loads two partials at a time (its 64 accumulators
 // leave the registers for them): one L2 round trip for both. It measured 1.01-1.05x at M = 64 on the
-// H200, most where a tile has many pieces (64 x 2048 x 7168: 16); MXFP8 and W4A16 ran 1-2 % slower
-// with it, and the 128-row tile has no registers for it (benchmarks/NOTES.md, session 18).
+// H200, most where a tile has many pieces (64 x 2048 x 7168: 16); MXFP8 ran 1-2 % slower with it,
+// W4A16 no faster, and the 128-row tile has no registers for it (benchmarks/NOTES.md, session 18).
 template <class Config>
 __device__ __forceinline__ void gather_partials(const EngineParams& p, float (&acc)[Config::kAccumulators],
                                                 int64_t first, int64_t last, int consumer) {
