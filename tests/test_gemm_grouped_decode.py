@@ -295,3 +295,75 @@ def test_w4a16_masked_and_contiguous_decode(fp4, ref, b_format):
     out = gemm(fp4, ops.a, ops.b, ops.sfa, ops.sfb, "bf16", b_format, poisoned_out(ids.numel(), n), alpha=ops.alpha,
                bias=ops.bias, grouping="contiguous", group_index=ids)  # fmt: skip
     assert_grouped_output(out, ops, ids.long(), ids >= 0, f"bf16 x {b_format} contiguous")
+
+
+# ---- NaN scales --------------------------------------------------------------------------------------
+
+PAIRS = [(f, f) for f in MODES] + [("bf16", "nvfp4"), ("bf16", "mxfp4")]
+
+
+def set_nan_weight_scales(ref, ops: GroupedOperands, blocks: list[tuple[int, int, int]]) -> None:
+    """The NaN scale code of ops' weight format at each (expert, weight row, block), in ops.sfb
+    (ops.b_dq keeps the finite values: the expectation of every output the NaN does not reach)."""
+    experts, n, k = ops.b_dq.shape
+    fmt = ref.FORMATS[ops.formats[1]]
+    for expert, row, block in blocks:
+        ops.sfb.reshape(-1)[ref.sf_offset(expert * n + row, block, k // fmt.group)] = fmt.scale_nan
+
+
+def assert_nan_exactly_at(out: torch.Tensor, ops: GroupedOperands, group: torch.Tensor, owned: torch.Tensor,
+                          nan_at: torch.Tensor, what: str) -> None:  # fmt: skip
+    """NaN exactly at nan_at ([rows, N] bool); the other elements of owned rows within the bound of
+    their group's result; the rows no group owns untouched (poison)."""
+    flat = out.reshape(-1, out.shape[-1])
+    nan_mask = flat.isnan()
+    assert torch.equal(nan_mask, nan_at), f"{what}: NaN differs at {(nan_mask ^ nan_at).nonzero().tolist()[:8]}"
+    expected, bound = ops.expected(group)
+    finite = owned[:, None] & ~nan_at
+    assert_close_to(flat[finite], expected[finite], bound[finite], what)
+    untouched = flat[~owned].view(torch.uint8)
+    assert bool((untouched == POISON_BYTE).all()), f"{what}: a row no group owns was written"
+
+
+def nan_in_columns_of_expert(group: torch.Tensor, owned: torch.Tensor, n: int, expert: int,
+                             columns: list[int]) -> torch.Tensor:  # fmt: skip
+    """[rows, N] bool: True in `columns` of the rows `expert` owns."""
+    nan_at = torch.zeros(group.numel(), n, dtype=torch.bool, device=group.device)
+    nan_at[:, columns] = (owned & (group == expert))[:, None]
+    return nan_at
+
+
+def nan_weight_scales(ref, b_format: str, k: int) -> list[tuple[int, int, int]]:
+    """(expert, weight row, block): expert 2 (rows in both groupings' layouts) at weight rows 5 (first
+    block) and 130 (last block, the second 128-row scale tile); expert 1 (empty in both) at row 7,
+    which must reach no output."""
+    return [(2, 5, 0), (2, 130, k // ref.FORMATS[b_format].group - 1), (1, 7, 3)]
+
+
+@requires_cuda
+@pytest.mark.parametrize("pair", PAIRS, ids="-".join)
+def test_masked_decode_nan_weight_scale_propagates_to_its_experts_columns(fp4, ref, pair):
+    counts = [4, 0, 3, 4, 1, 9, 0, 2]
+    experts, max_m, n, k = len(counts), 4, 256, 512
+    ops = GroupedOperands(fp4, ref, *pair, experts, experts * max_m, n, k, seed=80)
+    set_nan_weight_scales(ref, ops, nan_weight_scales(ref, pair[1], k))
+    masked_m = torch.tensor(counts, dtype=torch.int32, device="cuda")
+    out = gemm(fp4, ops.a, ops.b, ops.sfa, ops.sfb, *pair, poisoned_out(experts * max_m, n), alpha=ops.alpha,
+               bias=ops.bias, grouping="masked", group_index=masked_m, group_rows=max_m)  # fmt: skip
+    group, owned = masked_rows(counts, max_m)
+    nan_at = nan_in_columns_of_expert(group, owned, n, 2, [5, 130])
+    assert_nan_exactly_at(out, ops, group, owned, nan_at, f"{pair} masked")
+
+
+@requires_cuda
+@pytest.mark.parametrize("pair", PAIRS, ids="-".join)
+def test_contiguous_decode_nan_weight_scale_propagates_to_its_experts_columns(fp4, ref, pair):
+    ids = contiguous_ids(CONTIGUOUS_LAYOUT)
+    experts, n, k = 8, 256, 512
+    ops = GroupedOperands(fp4, ref, *pair, experts, ids.numel(), n, k, seed=81)
+    set_nan_weight_scales(ref, ops, nan_weight_scales(ref, pair[1], k))
+    out = gemm(fp4, ops.a, ops.b, ops.sfa, ops.sfb, *pair, poisoned_out(ids.numel(), n), alpha=ops.alpha,
+               bias=ops.bias, grouping="contiguous", group_index=ids)  # fmt: skip
+    group, owned = ids.long(), ids >= 0
+    nan_at = nan_in_columns_of_expert(group, owned, n, 2, [5, 130])
+    assert_nan_exactly_at(out, ops, group, owned, nan_at, f"{pair} contiguous")

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from checks import assert_bitwise_equal, assert_within_bound, poisoned_like
-from conftest import requires_cuda
+from checks import POISON_BYTE, assert_bitwise_equal, assert_within_bound, poisoned_like
+from conftest import DEVICES, requires_cuda
+from decode_cases import EXPERT_SHAPES
 
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 
@@ -179,3 +180,98 @@ def test_halops_w4a16_dense_and_masked_are_within_the_bound_on_the_gpu(fp4, ref,
         rows = slice(e * m, e * m + count)
         a = x[rows].double()
         assert_within_bound(out[rows], a @ w64[e * n : (e + 1) * n].T, a, w64[e * n : (e + 1) * n], f"masked {e=}")
+
+
+# ---- NaN scales, run-to-run equality, W4A16 MXFP4 at large M, the PDL twins on the GPU ----------
+
+# (weight row, block) of the NaN scale codes: rows in the first, second and last (partial) 128-row
+# scale tile of N = 520, blocks at the start, the middle and the end of K = 1024 (64 blocks).
+NAN_SCALE_BLOCKS = [(7, 0), (130, 33), (517, 63)]
+
+
+def with_nan_scales(scale: torch.Tensor, blocks: list[tuple[int, int]]) -> torch.Tensor:
+    """A copy of a ModelOpt weight_scale (float8_e4m3fn [N, K/16]) with the NaN code 0x7F at each
+    (row, block)."""
+    codes = scale.view(torch.uint8).clone()
+    for row, block in blocks:
+        codes[row, block] = 0x7F
+    return codes.view(torch.float8_e4m3fn)
+
+
+def assert_marlin_nan_exactly_in_columns(out: torch.Tensor, x: torch.Tensor, packed: torch.Tensor,
+                                         scale: torch.Tensor, scale_2: torch.Tensor, columns: list[int],
+                                         what: str) -> None:  # fmt: skip
+    """NaN in every row of `columns` (the weight rows holding a NaN scale) and nowhere else; the other
+    columns within the bound of their dequantized weight rows."""
+    expected = torch.zeros(out.shape, dtype=torch.bool)
+    expected[:, columns] = True
+    nan_mask = out.isnan().cpu()
+    assert torch.equal(nan_mask, expected), f"{what}: NaN differs at {(nan_mask ^ expected).nonzero().tolist()[:8]}"
+    keep = (~expected[0]).nonzero().flatten()
+    finite_scale = scale.view(torch.uint8).cpu()[keep].view(torch.float8_e4m3fn)
+    assert_marlin_within_bound(out.cpu()[:, keep], x, packed.cpu()[keep], finite_scale, scale_2, what)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("m", [1, 4, 16, 17, 300])
+def test_marlin_nan_scale_propagates_to_its_columns(fp4, m, device):
+    """docs/FORMATS.md: a NaN scale gives NaN. The M <= 16 kernels and the engine above."""
+    n, k = 520, 1024
+    packed, scale, scale_2 = modelopt_layer(n, k, 19, device)
+    scale = with_nan_scales(scale, NAN_SCALE_BLOCKS)
+    operands = fp4.adopt_nvfp4_w4a16_marlin(packed, scale, scale_2)
+    x = bf16(m, k, 20, device)
+    out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device=device))
+    fp4.nvfp4_w4a16_marlin_bf16(x, *operands[:3], workspace=operands[3], out=out)
+    columns = [row for row, _ in NAN_SCALE_BLOCKS]
+    assert_marlin_nan_exactly_in_columns(out, x, packed, scale, scale_2, columns, f"{device} {m=}")
+
+
+@requires_cuda
+@pytest.mark.parametrize("m", [1, 16, 300, 4096])
+def test_marlin_gemm_is_bitwise_equal_run_to_run(fp4, m):
+    """Two calls into outputs poisoned with different bytes (an element left unwritten differs)."""
+    n, k = EXPERT_SHAPES[2]  # (2048, 7168)
+    packed, scale, scale_2 = modelopt_layer(n, k, 21, "cuda")
+    weight, sf, gs, workspace = fp4.adopt_nvfp4_w4a16_marlin(packed, scale, scale_2)
+    x = bf16(m, k, 22, "cuda")
+    first = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
+    again = torch.empty_like(first)
+    again.view(torch.uint8).fill_(POISON_BYTE ^ 0xFF)
+    fp4.nvfp4_w4a16_marlin_bf16(x, weight, sf, gs, workspace=workspace, out=first)
+    fp4.nvfp4_w4a16_marlin_bf16(x, weight, sf, gs, workspace=workspace, out=again)
+    assert_bitwise_equal(again, first, f"run to run {m=}")
+
+
+@requires_cuda
+@pytest.mark.parametrize("m", [256, 4096])
+def test_halops_w4a16_mxfp4_dense_gemm_is_within_the_bound_at_large_m(fp4, ref, m):
+    mode = "w4a16-mxfp4"
+    fmt = ref.W4A16_MODES[mode]
+    n, k = 512, 1024
+    x = bf16(m, k, 23, "cuda")
+    w, sfb = ref.quantize(bf16(n, k, 24, "cuda") * 0.05, fmt, swizzle=True)
+    w64 = ref.dequantize(w, sfb, fmt).double()
+    out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
+    fp4.dense_gemm(x, w, None, sfb, out, mode=mode)
+    assert_within_bound(out, x.double() @ w64.T, x.double(), w64, f"{mode} {m=}")
+
+
+@requires_cuda
+def test_pdl_quantizer_gives_its_twins_bytes_on_the_gpu(fp4):
+    x = bf16(300, 512, 25, "cuda")
+    twin = fp4.quantize_fp4_sfa_bf16(x)
+    pdl = fp4.quantize_fp4_sfa_bf16_pdl(x, poisoned_like(twin[0]), poisoned_like(twin[1]))
+    assert_bitwise_equal(pdl[0], twin[0], "quantize pdl values")
+    assert_bitwise_equal(pdl[1], twin[1], "quantize pdl scales")
+
+
+@requires_cuda
+@pytest.mark.parametrize("m", [1, 7, 16])
+def test_pdl_mrows_gemm_gives_its_twins_bytes_on_the_gpu(fp4, m):
+    a, sfa = fp4.quantize_fp4_sfa_bf16(bf16(m, 1024, 26, "cuda"))
+    b, sfb = fp4.quantize_fp4_sfa_bf16(bf16(512, 1024, 27, "cuda"))
+    twin = fp4.fp4_w4a4_gemm_warpsplit_mrows_bf16(a, b, sfa, sfb, alpha=0.5)
+    out = poisoned_like(twin)
+    fp4.fp4_w4a4_gemm_warpsplit_mrows_pdl_bf16(a, b, sfa, sfb, alpha=0.5, out=out)
+    assert_bitwise_equal(out, twin, f"mrows pdl {m=}")

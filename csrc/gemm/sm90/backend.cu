@@ -135,14 +135,21 @@ TileShape tile_shape(const GemmProblem& p) {
 }
 
 // How the CTAs share the work (engine.cuh, "work split"): one whole tile per CTA, or stream-K over
-// one CTA per SM. Stream-K pays for its partial-tile fix-up only where whole tiles would leave the
-// last wave part-empty and there are few waves to spread that over; the streamk schedule asks
-// for it always. (Measured on the H200, 2026-12-01: whole tiles for all waves but the last one or two
-// plus stream-K for the rest ran the SK-sized shapes 9-13% slower than this split, e.g. 124.9 against
-// 110.4 us at 256 x 17408 x 5120 NVFP4, so this one stays; the shapes it splits badly, 4 to 8 waves,
-// are M >= 1024 ones, which the composition backend serves.) A tile of fewer than
-// kStreamKMinKTiles K tiles (K < 512) runs whole in any case: its walk is too short to share, and
-// whole tiles need no partial-tile fix-up and no flags, whose clearing is one more launch.
+// one CTA per SM. Stream-K pays for its partial-tile fix-up only where whole tiles would leave their
+// waves less than kWholeTileFillPercent full and there are few waves to spread that over; the
+// streamk schedule asks for it always. Whole tiles in tile order have a wave's CTAs on neighbouring
+// tiles at the same K offset, sharing A's and B's tiles in L2; stream-K's CTAs sit each at its own
+// K offset, spread over the whole output. Measured on the H200 (benchmarks/NOTES.md, session 19;
+// results/h200-engine-split.json), stream-K time / whole-tile time: where whole tiles fill their
+// waves to 97 %, 0.985-1.05 for the fused formats, 1.30-1.38 with a bf16 scratch B (M = 4096 on
+// 8192 x 8192 and 4096 x 7168) and 1.08-1.70 with bf16 operands; at 69-85 % 0.73-0.96, except one
+// wave of 85 % (512 x 7168 x 2048: 1.08-1.12, one shape, kept on stream-K). (Whole tiles for all
+// waves but the last one or two plus stream-K for the rest ran the 1.03-wave 256 x 17408 x 5120
+// NVFP4 9-13% slower, 2026-12-01.)
+// A tile of fewer than kStreamKMinKTiles K tiles (K < 512) runs whole in any case: its walk is too
+// short to share, and whole tiles need no partial-tile fix-up and no flags, whose clearing is one
+// more launch.
+constexpr int64_t kWholeTileFillPercent = 95;
 constexpr int64_t kStreamKMinKTiles = 8;
 
 struct WorkSplit {
@@ -167,7 +174,8 @@ WorkSplit work_split(const GemmProblem& p, const TileShape& tile) {
   const int64_t k_tiles = ceil_div(p.k, 64);
   const int64_t units = tiles * k_tiles;
   const int64_t sms = sm_count(p);
-  const bool uneven = tiles % sms != 0 && tiles < 8 * sms && k_tiles >= kStreamKMinKTiles;
+  const bool part_filled = tiles * 100 < ceil_div(tiles, sms) * sms * kWholeTileFillPercent;
+  const bool uneven = part_filled && tiles < 8 * sms && k_tiles >= kStreamKMinKTiles;
   if (p.schedule != Schedule::StreamK && !uneven) return {tiles, false};
   return {units < sms ? units : sms, true};
 }
