@@ -4,6 +4,7 @@
 
     python benchmarks/plot_gemm_skinny.py                 # results/h200-gemm-skinny.json -> .png
     python benchmarks/plot_gemm_skinny.py RESULT.json --out PLOT.png
+    python benchmarks/plot_gemm_skinny.py --table         # the README's two tables, markdown
 
 matplotlib is imported only here (pip install matplotlib): neither the tests nor CI need it.
 """
@@ -31,12 +32,56 @@ def fraction(rows: list[dict], shape: tuple[int, int], fmt: str, m: int) -> floa
     return hits[0]["fraction_of_copy_bw"] if hits else 0.0
 
 
+def row_of(rows: list[dict], shape: tuple[int, int], fmt: str, m: int) -> dict | None:
+    hits = [r for r in rows if (r["N"], r["K"]) == shape and r["format"] == fmt and r["M"] == m]
+    return hits[0] if hits else None
+
+
+def dense_table(result: dict) -> str:
+    """Per weight shape: cuBLAS bf16 at M = 1, then each format's M = 1 / 16 times and fractions."""
+    rows = dense_rows(result)
+    shapes = list(dict.fromkeys((r["N"], r["K"]) for r in rows))  # the run's order
+    head = ["(N, K)", "weight MB", "cuBLAS bf16 M=1 us"] + [f"{f} M=1 / 16 us (fraction)" for f in FORMATS]
+    lines = ["| " + " | ".join(head) + " |", "|---|---:|---:|" + "---|" * len(FORMATS)]
+    for n, k in shapes:
+        first = row_of(rows, (n, k), "nvfp4", 1)
+        cells = [f"{n}, {k}", f"{n * k / 2 / 1e6:.0f}", f"{first['cublas_bf16_us']:.1f}" if first else "-"]
+        for fmt in FORMATS:
+            one, sixteen = row_of(rows, (n, k), fmt, 1), row_of(rows, (n, k), fmt, 16)
+            if one is None or sixteen is None:
+                cells.append("-")
+                continue
+            cells.append(
+                f"{one['ours_us']:.1f} / {sixteen['ours_us']:.1f}"
+                f" ({one['fraction_of_copy_bw']:.2f} / {sixteen['fraction_of_copy_bw']:.2f})"
+            )
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def grouped_table(result: dict) -> str:
+    """The grouped-decode rows against torch._grouped_mm bf16."""
+    head = ["op", "format", "E x rows", "(N, K)", "ours us", "torch._grouped_mm bf16 us", "x grouped_mm"]
+    lines = ["| " + " | ".join([*head, "fraction of copy bw"]) + " |", "|---|---|---|---|---:|---:|---:|---:|"]
+    for r in (r for r in result["rows"] if "grouping" in r):
+        lines.append(
+            f"| `{r['op']}` | {r['format']} | {r['E']} x {r['rows_per_group']} | {r['N']}, {r['K']}"
+            f" | {r['ours_us']:.0f} | {r['torch_grouped_mm_bf16_us']:.0f} | {r['ratio_vs_torch_grouped_mm_bf16']:.2f}"
+            f" | {r['fraction_of_copy_bw']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("result", nargs="?", type=Path, default=DEFAULT_RESULT)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--table", action="store_true", help="print the README tables instead of plotting")
     args = parser.parse_args()
     result = json.loads(args.result.read_text())
+    if args.table:
+        print(dense_table(result) + "\n\n" + grouped_table(result))
+        return
     import matplotlib
 
     matplotlib.use("Agg")
