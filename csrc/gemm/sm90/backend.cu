@@ -208,9 +208,10 @@ Scratch scratch_layout(const GemmProblem& p) {
   const TileShape tile = tile_shape(p);
   const WorkSplit split = work_split(p, tile);
   Scratch layout;
-  if (split.stream_k) {
-    layout.partials = scratch_part_bytes(split.ctas * int64_t(sizeof(int)));
-    layout.bytes = layout.partials + split.ctas * int64_t(tile.rows) * tile.width * int64_t(sizeof(float));
+  if (split.stream_k) {  // flags, then partial tiles: partial_slots_per_cta of each per CTA (scheduler.cuh)
+    const int64_t slots = partial_slots_per_cta(int(tile.rows)) * split.ctas;
+    layout.partials = scratch_part_bytes(slots * int64_t(sizeof(int)));
+    layout.bytes = layout.partials + slots * int64_t(tile.rows) * tile.width * int64_t(sizeof(float));
   }
   if (bf16_b(p)) {
     layout.b_bf16 = scratch_part_bytes(layout.bytes);
@@ -294,7 +295,8 @@ void launch(const GemmProblem& p, const Scratch& layout, cudaStream_t stream) {
   if (split.stream_k) {
     params.flags = static_cast<int*>(p.scratch);
     params.partials = reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) + layout.partials);
-    launch_kernel(clear_flags, dim3(1), dim3(256), 0, stream, p.pdl, params.flags, int(split.ctas));
+    const int slots = partial_slots_per_cta(Config::kBlockM) * int(split.ctas);
+    launch_kernel(clear_flags, dim3(1), dim3(256), 0, stream, p.pdl, params.flags, slots);
   }
   // After the spans or the flags kernel, PDL overlaps this kernel's prologue with it (the kernel
   // waits for it).

@@ -66,6 +66,10 @@ enum class BSource : int { Packed = 0, Bf16 = 1 };
 
 constexpr int round_up(int x, int multiple) { return (x + multiple - 1) / multiple * multiple; }
 
+// Stream-K partial tiles (and flags) per CTA: a 64-row tile's owner may publish its own partial for
+// a spread fix-up (spread_fixup), besides its first piece's as a contributor.
+constexpr int partial_slots_per_cta(int block_m) { return block_m == 64 ? 2 : 1; }
+
 template <OperandFormat kA, OperandFormat kB, int kBlockN_, BSource kBSource_ = BSource::Packed,
           Grouping kGrouping_ = Grouping::Dense, int kBlockM_ = 128>
 struct EngineConfig {
@@ -95,6 +99,14 @@ struct EngineConfig {
   // The stream-K owner's gather loads two partial tiles at a time (gather_partials).
   static constexpr bool kGatherPairs =
       kBlockM == 64 && kA == kB && (kA == OperandFormat::Nvfp4 || kA == OperandFormat::Mxfp4);
+  // A split tile's spread fix-up (spread_fixup), 64-row tiles only (the 128-row tile's stream-K
+  // tiles are shared by fewer CTAs at the shapes it serves, and the path's code made its kernels
+  // 0-2.4 % slower there), hands out its columns in kFixupChunks chunks of kFixupOctets octets
+  // (8 columns) of each warpgroup's columns.
+  static constexpr bool kSpreadFixup = partial_slots_per_cta(kBlockM) == 2;
+  static constexpr int kOctets = kWarpgroupN / 8;
+  static constexpr int kFixupChunks = 8;
+  static constexpr int kFixupOctets = kOctets / kFixupChunks;
   static constexpr int kBlockK = 64;  // one 128-byte bf16 row of the swizzled B tile
   static constexpr int kConsumerThreads = 256;
   // Dense 256-wide tiles with a packed B (128 or 64 rows) have a decoder warpgroup (kDecodeWarps):
@@ -205,8 +217,9 @@ struct EngineParams {
   int64_t sf_row_tiles_a;  // 128-row tiles of A's scale buffer
   int64_t sf_row_tiles_b;  // 128-row tiles of B's scale buffer (all groups' rows)
   ScheduleParams schedule;
-  // Dense stream-K (scheduler.cuh): per CTA, a flag and a float partial tile in fragment order.
-  // Null when every CTA owns whole tiles.
+  // Dense stream-K (scheduler.cuh): per CTA, partial_slots_per_cta flags and float partial tiles in
+  // fragment order (a contributor's first piece; a 64-row tile's owner's last piece). Null when
+  // every CTA owns whole tiles.
   int* flags;
   float* partials;
   GemmEpilogue epilogue;
@@ -1028,9 +1041,11 @@ __device__ __forceinline__ void publish_partial(const EngineParams& p, const flo
   if (consumer == 0) flag_release(p.flags + slot);
 }
 
-// Stream-K: the owner adds the partials of CTAs first..last, in that order (the sum does not depend
-// on which contributor finished first). Their flags are awaited all at once, one consumer thread
-// each, so the owner waits for the slowest contributor once instead of for each in turn.
+// Stream-K, a split tile its owner finishes alone (a 128-row tile, or a 64-row one that fewer than
+// kSpreadFixupSharers CTAs end in; spread_fixup is for the others): the owner adds the partials of
+// CTAs first..last, in that order (the sum does not depend on which contributor finished first).
+// Their flags are awaited all at once, one consumer thread each, so the owner waits for the slowest
+// contributor once instead of for each in turn.
 // kGatherPairs: the 64-row tile of NVFP4 or MXFP4 loads two partials at a time (its 64 accumulators
 // leave the registers for them): one L2 round trip for both. It measured 1.01-1.05x at M = 64 on the
 // H200, most where a tile has many pieces (64 x 2048 x 7168: 16); MXFP8 ran 1-2 % slower with it,
@@ -1067,6 +1082,87 @@ __device__ __forceinline__ void gather_partials(const EngineParams& p, float (&a
       const float2 v = __ldcg(partial + (i / 2) * Config::kConsumerThreads + consumer);
       acc[i] += v.x, acc[i + 1] += v.y;
     }
+  }
+}
+
+// Stream-K: a 64-row split tile shared by at least this many CTAs that end in it spreads its fix-up
+// over them (spread_fixup); fewer leave it to the owner (gather_partials). Measured on the H200
+// (benchmarks/NOTES.md, session 19) against the owner alone: 1.27-1.44x at 22 sharers
+// (64 x 1536 x 7168), 1.08-1.21x at 16 (64 x 2048 x 7168); a first version spreading from 2 sharers
+// on ran 0.95-1.00x at 8 (64 x 4096 x 7168) and 0.89-0.92x at 2-3.
+constexpr int kSpreadFixupSharers = 12;
+
+// Stream-K, a split tile shared by kSpreadFixupSharers or more CTAs that end in it (its owner and
+// the contributors whose work ends there; the owner then publishes its partial too): CTA owner + c,
+// for c < kFixupChunks, waits for all the tile's partials, adds chunk c of them (an eighth of the
+// tile) in the owner's gather's order (the owner's first, then in CTA order: bitwise the same sums)
+// and stores it through the epilogue from the fragment layout, with store_tile's operations per
+// element. One SM reading every partial is bound by its share of L2 bandwidth (about 0.55 us per
+// 64 KB partial on the H200, 16-22 partials at 64 x 1536..2048 x 7168); spread, each of 8 SMs reads
+// an eighth. The chunk is a runtime index into the partials only, so the code is one copy: a copy
+// per chunk, adding into the accumulators, made the kernels' other shapes 1-3 % slower; this one
+// still costs the 64-row kernels 0.4-2.9 % where it is not taken (benchmarks/NOTES.md).
+template <class Config>
+__device__ __forceinline__ void spread_fixup(const EngineParams& p, const WorkTile& t, int64_t owner_slot,
+                                             int64_t owner, int64_t last, int chunk, int consumer) {
+  static_assert(kSpreadFixupSharers >= Config::kFixupChunks, "a sharer for every chunk");
+  constexpr int kPairs = 2 * Config::kFixupOctets;  // float2 of the chunk a thread holds
+  // Partials in flight at once: 64 floats, 32 for E0M3 weights.
+  constexpr int kBatch = (Config::kFormatB == OperandFormat::E0m3 ? 16 : 32) / kPairs;
+  const int64_t count = last - owner + 1;
+  for (int64_t i = consumer; i < count; i += Config::kConsumerThreads) {
+    flag_acquire(p.flags + (i == 0 ? owner_slot : owner + i));
+  }
+  named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);
+  // A batch past the last partial loads the last one again and adds nothing.
+  const auto chunk_of = [&](int64_t i) {
+    const int64_t slot = i == 0 ? owner_slot : owner + (i < count ? i : count - 1);
+    return reinterpret_cast<const float2*>(p.partials + slot * Config::kBlockM * Config::kBlockN) +
+           chunk * kPairs * Config::kConsumerThreads + consumer;
+  };
+  float2 sum[kPairs] = {};  // every element is assigned partial 0 first
+  for (int64_t i = 0; i < count; i += kBatch) {
+    float2 v[kBatch][kPairs];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+#pragma unroll
+      for (int j = 0; j < kPairs; ++j) v[b][j] = __ldcg(chunk_of(i + b) + j * Config::kConsumerThreads);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const bool first = i + b == 0, inside = i + b < count;
+#pragma unroll
+      for (int j = 0; j < kPairs; ++j) {
+        sum[j].x = first ? v[b][j].x : inside ? sum[j].x + v[b][j].x : sum[j].x;
+        sum[j].y = first ? v[b][j].y : inside ? sum[j].y + v[b][j].y : sum[j].y;
+      }
+    }
+  }
+  // Pair P of the fragment: rows row0 + 8 (P % 2), columns col0 + 8 (P / 2) and the next.
+  constexpr bool kColumnHalves = Config::kBlockM == 64;
+  constexpr int kValueExponent = Config::kValueExponentA + Config::kValueExponentB;
+  const int warpgroup = consumer / 128, lane = consumer % 32;
+  const int row0 = (kColumnHalves ? 0 : 64 * warpgroup) + ((consumer % 128) / 32) * 16 + lane / 4;
+  const int col0 = (kColumnHalves ? warpgroup * Config::kWarpgroupN : 0) + 2 * (lane % 4);
+  const GemmEpilogue& e = p.epilogue;
+  const float alpha = epilogue_alpha(e, t.group);
+  const int64_t m_end = t.m_end < p.m ? t.m_end : p.m;
+  // One copy of the epilogue's code (rolled; the pairs shift down through sum[0]).
+#pragma unroll 1
+  for (int j = 0; j < kPairs; ++j) {
+    const float2 v = sum[0];
+#pragma unroll
+    for (int k = 0; k + 1 < kPairs; ++k) sum[k] = sum[k + 1];
+    const int pair = chunk * kPairs + j;
+    const int64_t m = t.m0 + row0 + 8 * (pair % 2), n = t.n0 + col0 + 8 * (pair / 2);
+    if (m >= m_end || n >= p.n) continue;
+    float x = v.x, y = v.y;
+    if constexpr (kValueExponent > 0) {  // the decoded operands' power of two, back (exact)
+      x *= exp2i(kValueExponent);
+      y *= exp2i(kValueExponent);
+    }
+    store_pair(e, m, n, p.n, epilogue_value(e, x, alpha, m, n, p.n, t.group),
+               epilogue_value(e, y, alpha, m, n + 1, p.n, t.group));
   }
 }
 
@@ -1211,7 +1307,27 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
     }
     pin_registers(acc);
 
-    if constexpr (Config::kGrouping == Grouping::Dense) {
+    bool owner_stores = true;  // the tile through store_tile: a whole tile, or a split one's owner alone
+    if constexpr (Config::kGrouping == Grouping::Dense && Config::kSpreadFixup) {
+      if (t.k_begin > 0 || t.k_end < p.schedule.k_tiles) {  // a split tile (stream-K)
+        const bool owns = t.k_begin == 0;
+        const int64_t owner = scheduler.owner(t), last = scheduler.last_contributor(t);
+        const int sharers = int(last - owner) + (scheduler.ends_in(last, t) ? 1 : 0);
+        if (sharers >= kSpreadFixupSharers) {  // the fix-up spread over the CTAs that end in this tile
+          publish_partial<Config>(p, acc, owns ? scheduler.owner_slot(owner) : scheduler.slot(), consumer);
+          const int sharer = int(blockIdx.x - owner);  // chunk `sharer`: one each, the sharers past them idle
+          if ((owns || scheduler.ends_in(blockIdx.x, t)) && sharer < Config::kFixupChunks) {
+            spread_fixup<Config>(p, t, scheduler.owner_slot(owner), owner, last, sharer, consumer);
+          }
+          owner_stores = false;
+        } else if (!owns) {  // a later piece of a tile its owner finishes alone
+          publish_partial<Config>(p, acc, scheduler.slot(), consumer);
+          owner_stores = false;
+        } else {
+          gather_partials<Config>(p, acc, owner + 1, last, consumer);
+        }
+      }
+    } else if constexpr (Config::kGrouping == Grouping::Dense) {  // the owner finishes every split tile
       if (t.k_begin > 0) {  // a later piece of a tile another CTA owns
         publish_partial<Config>(p, acc, scheduler.slot(), consumer);
         free_staging<Config>();
@@ -1221,7 +1337,7 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
         gather_partials<Config>(p, acc, scheduler.slot() + 1, scheduler.last_contributor(t), consumer);
       }
     }
-    store_tile<Config>(smem, p, acc, t, consumer);
+    if (owner_stores) store_tile<Config>(smem, p, acc, t, consumer);
     free_staging<Config>();
   }
 }

@@ -102,12 +102,24 @@ struct Scheduler<Grouping::Dense, kBlockM, kBlockN> {
     return true;
   }
 
-  // Stream-K bookkeeping: this CTA's slot (its partials and flag), and the CTA holding a split
-  // tile's last K tiles: the owner gathers the partials of the CTAs after it up to that one.
+  // Stream-K bookkeeping. A CTA publishes at most two partial tiles: as a contributor, its first
+  // piece's (slot blockIdx.x), and, as the owner of a 64-row tile whose fix-up is spread
+  // (engine.cuh, spread_fixup), its last piece's (slot gridDim.x + blockIdx.x). The CTAs sharing
+  // a split tile are its owner (the tile's first K tiles) and the contributors after it, up to the
+  // CTA holding its last K tiles.
   __device__ __forceinline__ int64_t slot() const { return blockIdx.x; }
+  __device__ __forceinline__ int64_t owner_slot(int64_t owner) const { return gridDim.x + owner; }
+  __device__ __forceinline__ int64_t cta_of(int64_t unit) const {  // first_unit's inverse
+    return ((unit + 1) * int64_t(gridDim.x) - 1) / p.units;
+  }
+  __device__ __forceinline__ int64_t owner(const WorkTile& t) const { return cta_of(t.tile * p.k_tiles); }
   __device__ __forceinline__ int64_t last_contributor(const WorkTile& t) const {
-    const int64_t last_unit = (t.tile + 1) * p.k_tiles - 1;
-    return ((last_unit + 1) * int64_t(gridDim.x) - 1) / p.units;
+    return cta_of((t.tile + 1) * p.k_tiles - 1);
+  }
+  // Whether the CTA's work ends inside tile t: t is then its last piece, and it is free to take a
+  // share of t's fix-up (the owner always is; of the contributors, all but possibly the last).
+  __device__ __forceinline__ bool ends_in(int64_t cta, const WorkTile& t) const {
+    return first_unit(cta + 1) <= (t.tile + 1) * p.k_tiles;
   }
 };
 
