@@ -26,15 +26,16 @@ def dense_rows(result: dict) -> list[dict]:
     return [r for r in result["rows"] if not r["op"].startswith(skipped) and "grouping" not in r]
 
 
-def fraction(rows: list[dict], shape: tuple[int, int], fmt: str, m: int) -> float:
-    """The fraction of copy bandwidth of one (shape, format, M) row, 0 where the run has none."""
-    hits = [r for r in rows if (r["N"], r["K"]) == shape and r["format"] == fmt and r["M"] == m]
-    return hits[0]["fraction_of_copy_bw"] if hits else 0.0
-
-
 def row_of(rows: list[dict], shape: tuple[int, int], fmt: str, m: int) -> dict | None:
+    """The run's row of one (shape, format, M), None where it has none."""
     hits = [r for r in rows if (r["N"], r["K"]) == shape and r["format"] == fmt and r["M"] == m]
     return hits[0] if hits else None
+
+
+def fraction(rows: list[dict], shape: tuple[int, int], fmt: str, m: int) -> float:
+    """The fraction of copy bandwidth of one (shape, format, M) row, 0 where the run has none."""
+    hit = row_of(rows, shape, fmt, m)
+    return hit["fraction_of_copy_bw"] if hit else 0.0
 
 
 def dense_table(result: dict) -> str:
