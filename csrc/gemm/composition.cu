@@ -1,7 +1,8 @@
 // The composition backend: a dense GEMM as "dequantize both operands once, then a 16-bit cuBLASLt
 // matmul" (docs/FORMATS.md, "GEMM result"; reference: reference.gemm_into):
 //
-//   A16 = A dequantized, B16 = B dequantized    (dequantize_operand; a bf16 operand is read as it is)
+//   A16 = A dequantized, B16 = B dequantized    (one launch for both, dequantize_operands; a bf16
+//                                               operand is read as it is)
 //   out = round(alpha_scale * alpha[0] * (A16 @ B16^T) + bias[n] + residual[m, n])
 //
 // The copies are bf16, where every dequantized value is exact as in the Hopper engine (MX values
@@ -365,14 +366,10 @@ MatmulOperands prepare(const GemmProblem& p, const Scratch& s, cudaStream_t stre
   auto* scalars = reinterpret_cast<float*>(scratch);
   launch_kernel(epilogue_scalars_kernel, dim3(1), dim3(1), 0, stream, p.pdl, p.epilogue, scalars);
   const FloatType type = operand_type(p);
-  const auto copy = [&](const GemmOperand& operand, int64_t rows, int64_t offset) -> const void* {
-    if (!block_scaled(operand.format)) return operand.values;
-    dequantize_operand(operand, rows, p.k, type, scratch + offset, stream);
-    return scratch + offset;
-  };
+  dequantize_operands(p.a, p.m, scratch + s.a_copy, p.b, p.n, scratch + s.b_copy, p.k, type, stream);
   MatmulOperands operands;
-  operands.a16 = copy(p.a, p.m, s.a_copy);
-  operands.b16 = copy(p.b, p.n, s.b_copy);
+  operands.a16 = block_scaled(p.a.format) ? scratch + s.a_copy : p.a.values;
+  operands.b16 = block_scaled(p.b.format) ? scratch + s.b_copy : p.b.values;
   const GemmEpilogue& e = p.epilogue;
   operands.c = e.residual != nullptr ? e.residual : e.out;
   operands.d = e.out;

@@ -1,7 +1,10 @@
 // Block dequantization kernel: each lane takes one 8-element word of a row, so a warp reads its
 // codes (4 bytes of nibbles or 8 E4M3 bytes a lane) and writes its outputs (16 or 32 bytes a lane)
-// as contiguous stretches; each lane looks up its block's scale byte. Unaligned buffers fall back to
-// byte-wise loads and element-wise stores.
+// as contiguous stretches; each lane looks up its block's scale byte. A thread takes that word in
+// kRowsPerThread consecutive rows and issues all their loads before the first decode: with one row
+// a thread, a 4-byte load was all a thread had in flight, and the kernel ran at 0.79 of copy
+// bandwidth. A pair of matrices (a GEMM's A and B, dequantize_pair) is one launch over the rows of
+// both. Unaligned buffers fall back to byte-wise loads and element-wise stores.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -16,14 +19,23 @@
 namespace fp4_gemm {
 namespace {
 
-constexpr int kWord = 8;  // elements per lane
+constexpr int kWord = 8;          // elements per lane
+constexpr int kRowsPerThread = 4;  // rows whose loads a thread has in flight at once
 
 template <class Out>
-struct DequantizeParams {
+struct DequantizeMatrix {
   const uint8_t* values;
   const uint8_t* scales;
   Out* out;
-  int64_t rows, cols;
+  int64_t rows;
+};
+
+template <class Out>
+struct DequantizeParams {
+  DequantizeMatrix<Out> first, second;  // second: a pair's (0 rows otherwise)
+  int64_t first_groups;                 // the launch's row groups before the second matrix's
+  int64_t groups;
+  int64_t cols;
   int64_t nkb;
   bool vector_loads;   // a lane's code bytes can be read in one access
   bool vector_stores;  // a lane's outputs can be written in 16-byte accesses
@@ -75,89 +87,142 @@ __device__ __forceinline__ void decode_word(const uint32_t (&codes)[2], uint8_t 
   }
 }
 
+// One word of codes: the lane's 4 or 8 bytes of row `row`.
+template <class Traits, class Out>
+__device__ __forceinline__ void load_word(const DequantizeParams<Out>& p, const DequantizeMatrix<Out>& m, int64_t row,
+                                          int64_t word, uint32_t (&codes)[2]) {
+  constexpr int kCodeBytes = Traits::kElement == ElementCodec::E4M3 ? 8 : 4;
+  const uint8_t* src = m.values + (row * p.cols / kWord + word) * kCodeBytes;
+  codes[0] = codes[1] = 0;
+  if (p.vector_loads) {
+#pragma unroll
+    for (int w = 0; w < kCodeBytes / 4; ++w) codes[w] = __ldg(reinterpret_cast<const uint32_t*>(src) + w);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kCodeBytes; ++i) codes[i / 4] |= uint32_t(__ldg(src + i)) << (8 * (i % 4));
+  }
+}
+
+template <class Out>
+__device__ __forceinline__ void store_word(const DequantizeParams<Out>& p, const DequantizeMatrix<Out>& m, int64_t row,
+                                           int64_t word, const Out (&y)[kWord]) {
+  Out* dst = m.out + row * p.cols + word * kWord;
+  if (p.vector_stores) {
+#pragma unroll
+    for (int v = 0; v < int(sizeof(y)) / 16; ++v) reinterpret_cast<uint4*>(dst)[v] = reinterpret_cast<const uint4*>(y)[v];
+  } else {
+#pragma unroll
+    for (int i = 0; i < kWord; ++i) dst[i] = y[i];
+  }
+}
+
+// The launch's rows are groups of kRowsPerThread rows: the first matrix's, then the second's.
 template <class Traits, class Out, ScaleLayout kLayout>
 __global__ void __launch_bounds__(kMatrixThreads) dequantize_kernel(const DequantizeParams<Out> p) {
   griddep_wait();
   griddep_launch_dependents();
   constexpr int kLanes = Traits::kGroup / kWord;
-  constexpr int kCodeBytes = Traits::kElement == ElementCodec::E4M3 ? 8 : 4;
   const int64_t word = matrix_col();
   if (word >= p.cols / kWord) return;
   const int64_t kb = word / kLanes;
-  for (int64_t row = matrix_first_row(); row < p.rows; row += matrix_row_stride()) {
-    const uint8_t* src = p.values + (row * p.cols / kWord + word) * kCodeBytes;
-    uint32_t codes[2] = {0, 0};
-    if (p.vector_loads) {
+  for (int64_t group = matrix_first_row(); group < p.groups; group += matrix_row_stride()) {
+    const bool second = group >= p.first_groups;
+    const DequantizeMatrix<Out> m = second ? p.second : p.first;
+    const int64_t row0 = (second ? group - p.first_groups : group) * kRowsPerThread;
+    uint32_t codes[kRowsPerThread][2];
+    uint8_t scale_bytes[kRowsPerThread];
 #pragma unroll
-      for (int w = 0; w < kCodeBytes / 4; ++w) codes[w] = __ldg(reinterpret_cast<const uint32_t*>(src) + w);
-    } else {
-#pragma unroll
-      for (int i = 0; i < kCodeBytes; ++i) codes[i / 4] |= uint32_t(__ldg(src + i)) << (8 * (i % 4));
+    for (int r = 0; r < kRowsPerThread; ++r) {
+      // Clamped, not predicated, so that every load is issued ahead of the decodes; the rows past
+      // the last are read again and not stored.
+      const int64_t row = row0 + r < m.rows ? row0 + r : m.rows - 1;
+      load_word<Traits>(p, m, row, word, codes[r]);
+      scale_bytes[r] = __ldg(m.scales + scale_index(kLayout, row, kb, p.nkb));
     }
-    alignas(16) Out y[kWord];
-    decode_word<Traits>(codes, __ldg(p.scales + scale_index(kLayout, row, kb, p.nkb)), y);
-    Out* dst = p.out + row * p.cols + word * kWord;
-    if (p.vector_stores) {
 #pragma unroll
-      for (int v = 0; v < int(sizeof(y)) / 16; ++v) reinterpret_cast<uint4*>(dst)[v] = reinterpret_cast<const uint4*>(y)[v];
-    } else {
-#pragma unroll
-      for (int i = 0; i < kWord; ++i) dst[i] = y[i];
+    for (int r = 0; r < kRowsPerThread; ++r) {
+      if (row0 + r >= m.rows) break;
+      alignas(16) Out y[kWord];
+      decode_word<Traits>(codes[r], scale_bytes[r], y);
+      store_word(p, m, row0 + r, word, y);
     }
   }
 }
 
+template <class Out>
+DequantizeMatrix<Out> matrix_of(const DequantizeProblem* problem) {
+  if (problem == nullptr) return {nullptr, nullptr, nullptr, 0};
+  return {static_cast<const uint8_t*>(problem->values), problem->scales, static_cast<Out*>(problem->out),
+          problem->rows};
+}
+
+// `first`, and `second` (null, or a matrix of first's recipe, layout, columns and output type).
 template <class Traits, class Out, ScaleLayout kLayout>
-void launch(const DequantizeProblem& problem, cudaStream_t stream) {
+void launch(const DequantizeProblem& first, const DequantizeProblem* second, cudaStream_t stream) {
   DequantizeParams<Out> p;
-  p.values = static_cast<const uint8_t*>(problem.values);
-  p.scales = problem.scales;
-  p.out = static_cast<Out*>(problem.out);
-  p.rows = problem.rows;
-  p.cols = problem.cols;
-  p.nkb = problem.cols / Traits::kGroup;
-  p.vector_loads = is_aligned(problem.values, 4);  // rows of codes are whole words (cols % 16 == 0)
-  p.vector_stores = is_aligned(problem.out, 16);   // rows of outputs are whole 16-byte multiples
-  if (p.rows == 0 || p.cols == 0) return;
-  const MatrixLaunch shape = matrix_launch(p.rows, p.cols / kWord);
+  p.first = matrix_of<Out>(&first);
+  p.second = matrix_of<Out>(second);
+  p.first_groups = ceil_div(p.first.rows, kRowsPerThread);
+  p.groups = p.first_groups + ceil_div(p.second.rows, kRowsPerThread);
+  p.cols = first.cols;
+  p.nkb = first.cols / Traits::kGroup;
+  // Rows of codes are whole words (cols % 16 == 0), rows of outputs whole 16-byte multiples.
+  p.vector_loads = is_aligned(first.values, 4) && (second == nullptr || is_aligned(second->values, 4));
+  p.vector_stores = is_aligned(first.out, 16) && (second == nullptr || is_aligned(second->out, 16));
+  if (p.groups == 0 || p.cols == 0) return;
+  const MatrixLaunch shape = matrix_launch(p.groups, p.cols / kWord);
   // The op has no pdl argument: launch without programmatic dependent launch.
   launch_kernel(dequantize_kernel<Traits, Out, kLayout>, shape.grid, shape.block, 0, stream, false, p);
 }
 
 template <class Traits, class Out>
-void dispatch_layout(const DequantizeProblem& problem, cudaStream_t stream) {
-  problem.layout == ScaleLayout::Swizzled ? launch<Traits, Out, ScaleLayout::Swizzled>(problem, stream)
-                                          : launch<Traits, Out, ScaleLayout::Plain>(problem, stream);
+void dispatch_layout(const DequantizeProblem& first, const DequantizeProblem* second, cudaStream_t stream) {
+  first.layout == ScaleLayout::Swizzled ? launch<Traits, Out, ScaleLayout::Swizzled>(first, second, stream)
+                                        : launch<Traits, Out, ScaleLayout::Plain>(first, second, stream);
 }
 
 template <class Traits>
-void dispatch_types(const DequantizeProblem& problem, cudaStream_t stream) {
-  switch (problem.out_type) {
+void dispatch_types(const DequantizeProblem& first, const DequantizeProblem* second, cudaStream_t stream) {
+  switch (first.out_type) {
     case FloatType::Bf16:
-      return dispatch_layout<Traits, __nv_bfloat16>(problem, stream);
+      return dispatch_layout<Traits, __nv_bfloat16>(first, second, stream);
     case FloatType::Fp16:
-      return dispatch_layout<Traits, __half>(problem, stream);
+      return dispatch_layout<Traits, __half>(first, second, stream);
     case FloatType::Fp32:
-      return dispatch_layout<Traits, float>(problem, stream);
+      return dispatch_layout<Traits, float>(first, second, stream);
   }
   throw std::invalid_argument("fp4_gemm::dequantize: unknown output type");
 }
 
-}  // namespace
-
-void dequantize(const DequantizeProblem& problem, cudaStream_t stream) {
-  switch (problem.recipe) {
+void dispatch_recipe(const DequantizeProblem& first, const DequantizeProblem* second, cudaStream_t stream) {
+  switch (first.recipe) {
     case Recipe::Mxfp8:
-      return dispatch_types<Mxfp8Recipe>(problem, stream);
+      return dispatch_types<Mxfp8Recipe>(first, second, stream);
     case Recipe::Mxfp4:
-      return dispatch_types<Mxfp4Recipe>(problem, stream);
+      return dispatch_types<Mxfp4Recipe>(first, second, stream);
     case Recipe::Nvfp4:
     case Recipe::Nvfp4Mse:  // same stored encoding; the scale choice does not matter here
-      return dispatch_types<Nvfp4Recipe>(problem, stream);
+      return dispatch_types<Nvfp4Recipe>(first, second, stream);
     case Recipe::E0m3:
-      return dispatch_types<E0m3Recipe>(problem, stream);
+      return dispatch_types<E0m3Recipe>(first, second, stream);
   }
   throw std::invalid_argument("fp4_gemm::dequantize: unknown recipe");
+}
+
+Recipe stored_recipe(Recipe recipe) { return recipe == Recipe::Nvfp4Mse ? Recipe::Nvfp4 : recipe; }
+
+}  // namespace
+
+void dequantize(const DequantizeProblem& problem, cudaStream_t stream) { dispatch_recipe(problem, nullptr, stream); }
+
+bool pairable(const DequantizeProblem& first, const DequantizeProblem& second) {
+  return stored_recipe(first.recipe) == stored_recipe(second.recipe) && first.layout == second.layout &&
+         first.cols == second.cols && first.out_type == second.out_type;
+}
+
+void dequantize_pair(const DequantizeProblem& first, const DequantizeProblem& second, cudaStream_t stream) {
+  if (!pairable(first, second)) throw std::invalid_argument("fp4_gemm::dequantize_pair: the matrices are not pairable");
+  dispatch_recipe(first, &second, stream);
 }
 
 }  // namespace fp4_gemm

@@ -26,4 +26,12 @@ struct DequantizeProblem {
 
 void dequantize(const DequantizeProblem& problem, cudaStream_t stream);
 
+// Whether two matrices can be dequantized in one launch: the same stored encoding, scale layout,
+// column count and output type (a GEMM's A and B of one format).
+bool pairable(const DequantizeProblem& first, const DequantizeProblem& second);
+
+// Two pairable matrices in one launch over the rows of both: the second needs no launch of its own
+// and fills the first's last wave.
+void dequantize_pair(const DequantizeProblem& first, const DequantizeProblem& second, cudaStream_t stream);
+
 }  // namespace fp4_gemm

@@ -1041,11 +1041,23 @@ __device__ __forceinline__ void publish_partial(const EngineParams& p, const flo
   if (consumer == 0) flag_release(p.flags + slot);
 }
 
+// Stream-K: waits until the partials of slot `lead` and of CTAs first..last are published, one
+// consumer thread a flag, so that a CTA waits for the slowest of them once instead of for each in
+// turn.
+template <class Config>
+__device__ __forceinline__ void await_partials(const EngineParams& p, int64_t lead, int64_t first, int64_t last,
+                                               int consumer) {
+  const int64_t count = last - first + 2;
+  for (int64_t i = consumer; i < count; i += Config::kConsumerThreads) {
+    flag_acquire(p.flags + (i == 0 ? lead : first + i - 1));
+  }
+  named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);
+}
+
 // Stream-K, a split tile its owner finishes alone (a 128-row tile, or a 64-row one that fewer than
 // kSpreadFixupSharers CTAs end in; spread_fixup is for the others): the owner adds the partials of
 // CTAs first..last, in that order (the sum does not depend on which contributor finished first).
-// Their flags are awaited all at once, one consumer thread each, so the owner waits for the slowest
-// contributor once instead of for each in turn.
+// Their flags are awaited all at once (await_partials).
 // kGatherPairs: the 64-row tile of NVFP4 or MXFP4 loads two partials at a time (its 64 accumulators
 // leave the registers for them): one L2 round trip for both. It measured 1.01-1.05x at M = 64 on the
 // H200, most where a tile has many pieces (64 x 2048 x 7168: 16); MXFP8 ran 1-2 % slower with it,
@@ -1053,8 +1065,7 @@ __device__ __forceinline__ void publish_partial(const EngineParams& p, const flo
 template <class Config>
 __device__ __forceinline__ void gather_partials(const EngineParams& p, float (&acc)[Config::kAccumulators],
                                                 int64_t first, int64_t last, int consumer) {
-  for (int64_t cta = first + consumer; cta <= last; cta += Config::kConsumerThreads) flag_acquire(p.flags + cta);
-  named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);
+  await_partials<Config>(p, first, first + 1, last, consumer);
   int64_t first_single = first;
   if constexpr (Config::kGatherPairs) {
     constexpr int kPairs = Config::kAccumulators / 2;
@@ -1110,10 +1121,7 @@ __device__ __forceinline__ void spread_fixup(const EngineParams& p, const WorkTi
   // Partials in flight at once: 64 floats, 32 for E0M3 weights.
   constexpr int kBatch = (Config::kFormatB == OperandFormat::E0m3 ? 16 : 32) / kPairs;
   const int64_t count = last - owner + 1;
-  for (int64_t i = consumer; i < count; i += Config::kConsumerThreads) {
-    flag_acquire(p.flags + (i == 0 ? owner_slot : owner + i));
-  }
-  named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);
+  await_partials<Config>(p, owner_slot, owner + 1, last, consumer);
   // A batch past the last partial loads the last one again and adds nothing.
   const auto chunk_of = [&](int64_t i) {
     const int64_t slot = i == 0 ? owner_slot : owner + (i < count ? i : count - 1);
@@ -1308,12 +1316,12 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
     pin_registers(acc);
 
     bool owner_stores = true;  // the tile through store_tile: a whole tile, or a split one's owner alone
-    if constexpr (Config::kGrouping == Grouping::Dense && Config::kSpreadFixup) {
+    if constexpr (Config::kGrouping == Grouping::Dense) {
       if (t.k_begin > 0 || t.k_end < p.schedule.k_tiles) {  // a split tile (stream-K)
         const bool owns = t.k_begin == 0;
         const int64_t owner = scheduler.owner(t), last = scheduler.last_contributor(t);
         const int sharers = int(last - owner) + (scheduler.ends_in(last, t) ? 1 : 0);
-        if (sharers >= kSpreadFixupSharers) {  // the fix-up spread over the CTAs that end in this tile
+        if (Config::kSpreadFixup && sharers >= kSpreadFixupSharers) {  // spread over the CTAs ending here
           publish_partial<Config>(p, acc, owns ? scheduler.owner_slot(owner) : scheduler.slot(), consumer);
           const int sharer = int(blockIdx.x - owner);  // chunk `sharer`: one each, the sharers past them idle
           if ((owns || scheduler.ends_in(blockIdx.x, t)) && sharer < Config::kFixupChunks) {
@@ -1323,18 +1331,9 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
         } else if (!owns) {  // a later piece of a tile its owner finishes alone
           publish_partial<Config>(p, acc, scheduler.slot(), consumer);
           owner_stores = false;
-        } else {
-          gather_partials<Config>(p, acc, owner + 1, last, consumer);
+        } else {  // the owner (this CTA) alone
+          gather_partials<Config>(p, acc, scheduler.slot() + 1, last, consumer);
         }
-      }
-    } else if constexpr (Config::kGrouping == Grouping::Dense) {  // the owner finishes every split tile
-      if (t.k_begin > 0) {  // a later piece of a tile another CTA owns
-        publish_partial<Config>(p, acc, scheduler.slot(), consumer);
-        free_staging<Config>();
-        continue;
-      }
-      if (t.k_end < p.schedule.k_tiles) {
-        gather_partials<Config>(p, acc, scheduler.slot() + 1, scheduler.last_contributor(t), consumer);
       }
     }
     if (owner_stores) store_tile<Config>(smem, p, acc, t, consumer);
