@@ -87,14 +87,12 @@ __device__ __forceinline__ void decode_word(const uint32_t (&codes)[2], uint8_t 
   }
 }
 
-// One word of codes: the lane's 4 or 8 bytes of row `row`.
-template <class Traits, class Out>
-__device__ __forceinline__ void load_word(const DequantizeParams<Out>& p, const DequantizeMatrix<Out>& m, int64_t row,
-                                          int64_t word, uint32_t (&codes)[2]) {
+// One word of codes: the lane's 4 or 8 bytes at src.
+template <class Traits>
+__device__ __forceinline__ void load_word(const uint8_t* src, bool vector_loads, uint32_t (&codes)[2]) {
   constexpr int kCodeBytes = Traits::kElement == ElementCodec::E4M3 ? 8 : 4;
-  const uint8_t* src = m.values + (row * p.cols / kWord + word) * kCodeBytes;
   codes[0] = codes[1] = 0;
-  if (p.vector_loads) {
+  if (vector_loads) {
 #pragma unroll
     for (int w = 0; w < kCodeBytes / 4; ++w) codes[w] = __ldg(reinterpret_cast<const uint32_t*>(src) + w);
   } else {
@@ -104,10 +102,8 @@ __device__ __forceinline__ void load_word(const DequantizeParams<Out>& p, const 
 }
 
 template <class Out>
-__device__ __forceinline__ void store_word(const DequantizeParams<Out>& p, const DequantizeMatrix<Out>& m, int64_t row,
-                                           int64_t word, const Out (&y)[kWord]) {
-  Out* dst = m.out + row * p.cols + word * kWord;
-  if (p.vector_stores) {
+__device__ __forceinline__ void store_word(Out* dst, bool vector_stores, const Out (&y)[kWord]) {
+  if (vector_stores) {
 #pragma unroll
     for (int v = 0; v < int(sizeof(y)) / 16; ++v) reinterpret_cast<uint4*>(dst)[v] = reinterpret_cast<const uint4*>(y)[v];
   } else {
@@ -116,35 +112,44 @@ __device__ __forceinline__ void store_word(const DequantizeParams<Out>& p, const
   }
 }
 
-// The launch's rows are groups of kRowsPerThread rows: the first matrix's, then the second's.
+// The launch's rows are groups of kRowsPerThread rows: the first matrix's, then the second's. A
+// group's rows share one 32-row stretch of a swizzled scale tile (kRowsPerThread divides 32), so
+// their scale bytes lie 16 bytes apart; the addresses are the group's first row's plus a step.
 template <class Traits, class Out, ScaleLayout kLayout>
 __global__ void __launch_bounds__(kMatrixThreads) dequantize_kernel(const DequantizeParams<Out> p) {
+  static_assert(32 % kRowsPerThread == 0, "a group of rows inside one 32-row stretch of a scale tile");
   griddep_wait();
   griddep_launch_dependents();
   constexpr int kLanes = Traits::kGroup / kWord;
+  constexpr int kCodeBytes = Traits::kElement == ElementCodec::E4M3 ? 8 : 4;
   const int64_t word = matrix_col();
   if (word >= p.cols / kWord) return;
   const int64_t kb = word / kLanes;
+  const int64_t code_row_bytes = p.cols / kWord * kCodeBytes;
+  const int64_t scale_row_step = kLayout == ScaleLayout::Swizzled ? 16 : p.nkb;
   for (int64_t group = matrix_first_row(); group < p.groups; group += matrix_row_stride()) {
     const bool second = group >= p.first_groups;
     const DequantizeMatrix<Out> m = second ? p.second : p.first;
     const int64_t row0 = (second ? group - p.first_groups : group) * kRowsPerThread;
+    const uint8_t* codes0 = m.values + row0 * code_row_bytes + word * kCodeBytes;
+    const uint8_t* scales0 = m.scales + scale_index(kLayout, row0, kb, p.nkb);
     uint32_t codes[kRowsPerThread][2];
     uint8_t scale_bytes[kRowsPerThread];
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) {
-      // Clamped, not predicated, so that every load is issued ahead of the decodes; the rows past
-      // the last are read again and not stored.
-      const int64_t row = row0 + r < m.rows ? row0 + r : m.rows - 1;
-      load_word<Traits>(p, m, row, word, codes[r]);
-      scale_bytes[r] = __ldg(m.scales + scale_index(kLayout, row, kb, p.nkb));
+      // Rows past the last read the group's first row again (not stored): clamped, not
+      // predicated, so that every load is issued ahead of the decodes.
+      const int step = row0 + r < m.rows ? r : 0;
+      load_word<Traits>(codes0 + step * code_row_bytes, p.vector_loads, codes[r]);
+      scale_bytes[r] = __ldg(scales0 + step * scale_row_step);
     }
+    Out* out0 = m.out + row0 * p.cols + word * kWord;
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) {
       if (row0 + r >= m.rows) break;
       alignas(16) Out y[kWord];
       decode_word<Traits>(codes[r], scale_bytes[r], y);
-      store_word(p, m, row0 + r, word, y);
+      store_word(out0 + r * p.cols, p.vector_stores, y);
     }
   }
 }
