@@ -111,7 +111,7 @@ def dispatched_backend(fp4, fmt: str, ours: Ours, m: int, n: int, k: int, cc: in
 
 def ours_backend(fp4, fmt: str, ours: Ours, m: int, n: int, k: int) -> str | None:
     """Which backend serves this GEMM here, so a row never passes off the fallback's time as the engine's
-    and the composition's rows (dense, from M = 1024 on sm_90) show as such."""
+    and the composition's rows (dense, from M = 768 or 1024 by format on sm_90) show as such."""
     if not torch.cuda.is_available():
         return "reference"
     major, minor = torch.cuda.get_device_capability()

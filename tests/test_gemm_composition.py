@@ -3,8 +3,8 @@ both operands into 16-bit scratch plus one cuBLASLt matmul (float32 accumulation
 float32, one rounding to the output).
 
 Host-side (no GPU needed): where dispatch takes it (GemmCall.backends), on sm_90 dense problems from
-the measured row counts of composition.cu (768 for MXFP8, 1024 for the other pairs), and on every
-arch bf16 activations that no arch kernel reads, above the skinny tier.
+the measured row counts of composition.cu (768 for MXFP8, MXFP4 and NVFP4, 1024 for the other
+pairs), and on every arch bf16 activations that no arch kernel reads, above the skinny tier.
 On the H200 it runs by name (GemmCall.run_on("composition")): every operand format, bias, residual,
 fp16 output, alpha as a device tensor and as alpha_scale, odd N and K tails, NaN scales, outputs
 poisoned first, within the docs/FORMATS.md bound of float64 math on the exactly dequantized
@@ -49,8 +49,8 @@ def backend(fp4, cc: int, a_format: str, b_format: str, m: int, n: int = 4096, k
 # The fewest rows from which the H200 took the composition over the engine (composition.cu)
 HOPPER_MIN_ROWS = {
     ("mxfp8", "mxfp8"): 768,
-    ("mxfp4", "mxfp4"): 1024,
-    ("nvfp4", "nvfp4"): 1024,
+    ("mxfp4", "mxfp4"): 768,
+    ("nvfp4", "nvfp4"): 768,
     ("nvfp4", "e0m3"): 1024,
     ("e0m3", "e0m3"): 1024,
     ("bf16", "nvfp4"): 1024,

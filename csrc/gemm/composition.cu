@@ -53,22 +53,24 @@ constexpr const char* kName = "composition";
 
 // Measured on one H200, the fused Hopper engine and this backend by name on six (N, K) of
 // benchmarks/bench_gemm.py, M = 128 .. 1024 (benchmarks/results/h200-composition-floor.json), again
-// after the engine's decoder cut (h200-composition-floor-recheck.json) and after its epilogue and
-// stream-K fix-up cut (h200-composition-floor-epilogue.json): the rows from which the composition
-// is faster on every shape (ties within 1 %) are 768 for MXFP8 (at 512 the engine now wins on two
-// of six and ties on three) and 1024 for MXFP4, NVFP4 and bf16 activations with 4-bit weights (at
-// 768 the engine wins on three to five of six). (On (7168, 2048), an MoE expert's down projection,
-// the engine stays 1.03x faster at 1024 rows for NVFP4 and MXFP4; one shape is not a rule.) Other
-// pairs (E0M3 weights, mixed formats) take it from 1024 rows as well: not measured below. On every
-// arch it takes bf16 activations that no arch kernel reads (Blackwell's kernels have none), above
-// the skinny tier's M <= 16.
-constexpr int64_t kMxfp8MinRows = 768;
+// after each engine change (h200-composition-floor-recheck.json, -epilogue.json) and after this
+// backend's dequantizer got faster (session 20: h200-composition-floor-dequantizer.json and -run2):
+// the rows from which the composition is faster on every shape (ties within 1 %) are 768 for MXFP8,
+// MXFP4 and NVFP4 (at 512 the MXFP8 composition is faster on five of six, the engine 0.3-2.5 %
+// faster on 8192 x 8192; MXFP4 and NVFP4 lose on three to five of six), and 1024 for bf16
+// activations with 4-bit weights (at 768 the engine is up to 3 % faster on one or two shapes). Other pairs (E0M3
+// weights, mixed formats) take it from 1024 rows: not measured below. On every arch it takes bf16
+// activations that no arch kernel reads (Blackwell's kernels have none), above the skinny tier's
+// M <= 16.
+constexpr int64_t kSameFormatMinRows = 768;  // MXFP8, MXFP4 or NVFP4 on both sides
 constexpr int64_t kOtherMinRows = 1024;
 constexpr int64_t kSkinnyMaxRows = 16;
 
 // The fewest rows from which dispatch takes a dense problem with block-scaled weights on sm_90.
 constexpr int64_t hopper_min_rows(OperandFormat a, OperandFormat b) {
-  return a == OperandFormat::Mxfp8 && b == OperandFormat::Mxfp8 ? kMxfp8MinRows : kOtherMinRows;
+  const bool same_format =
+      a == b && (a == OperandFormat::Mxfp8 || a == OperandFormat::Mxfp4 || a == OperandFormat::Nvfp4);
+  return same_format ? kSameFormatMinRows : kOtherMinRows;
 }
 
 enum class Region { Not, Taken, WhereNoArchKernel };
