@@ -58,10 +58,10 @@ constexpr const char* kName = "composition";
 // the rows from which the composition is faster on every shape (ties within 1 %) are 768 for MXFP8,
 // MXFP4 and NVFP4 (at 512 the MXFP8 composition is faster on five of six, the engine 0.3-2.5 %
 // faster on 8192 x 8192; MXFP4 and NVFP4 lose on three to five of six), and 1024 for bf16
-// activations with 4-bit weights (at 768 the engine is up to 3 % faster on one or two shapes). Other pairs (E0M3
-// weights, mixed formats) take it from 1024 rows: not measured below. On every arch it takes bf16
-// activations that no arch kernel reads (Blackwell's kernels have none), above the skinny tier's
-// M <= 16.
+// activations with 4-bit weights (at 768 the engine is up to 3 % faster on one or two shapes).
+// Other pairs (E0M3 weights, mixed formats) take it from 1024 rows: not measured below. On every
+// arch it takes bf16 activations that no arch kernel reads (Blackwell's kernels have none), above
+// the skinny tier's M <= 16.
 constexpr int64_t kSameFormatMinRows = 768;  // MXFP8, MXFP4 or NVFP4 on both sides
 constexpr int64_t kOtherMinRows = 1024;
 constexpr int64_t kSkinnyMaxRows = 16;

@@ -30,7 +30,8 @@ inline Recipe operand_recipe(OperandFormat format) {
 }
 
 // rows x k values of `operand` (swizzled scales), row-major, of `type` (bf16 or fp16).
-inline DequantizeProblem operand_problem(const GemmOperand& operand, int64_t rows, int64_t k, FloatType type, void* out) {
+inline DequantizeProblem operand_problem(const GemmOperand& operand, int64_t rows, int64_t k, FloatType type,
+                                         void* out) {
   DequantizeProblem dq;
   dq.values = operand.values;
   dq.scales = operand.scales;
