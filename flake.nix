@@ -2,7 +2,10 @@
   description = "fp4-gemm: block-scaled FP8/FP4 GEMMs and quantizers (kernels-hub package)";
 
   inputs = {
-    kernel-builder.url = "github:huggingface/kernels";
+    # Pinned to the release of the kernels client the package is tested with (0.19.1: build.toml
+    # edition 6, digests in metadata.json). No flake.lock can be made without Nix; `nix flake lock`
+    # pins the commit behind the tag.
+    kernel-builder.url = "github:huggingface/kernels/v0.19.1";
   };
 
   # Release builds: `nix build .#bundle` (every variant), `nix run .#build-and-copy` (into ./build),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import platform
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -109,11 +110,22 @@ def variant_dirs() -> list[Path]:
     return sorted(p for p in BUILD_DIR.glob(VARIANT_GLOB) if is_variant(p))
 
 
+def running_variant_name() -> str:
+    """The variant kernel-builder builds for this interpreter's torch (and the kernels client loads):
+    torch<MAJ><MIN>-cxx11-cu<torch.version.cuda>-<machine>-linux."""
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    cuda = (torch.version.cuda or "none").replace(".", "")
+    return f"torch{major}{minor}-cxx11-cu{cuda}-{platform.machine()}-linux"
+
+
 def variant_dir() -> Path:
-    dirs = variant_dirs()
-    if not dirs:
-        pytest.exit(f"no built variant under {BUILD_DIR}: run `python tools/build.py` first", returncode=2)
-    return dirs[-1]
+    """The built variant of this interpreter's torch (a build may hold one per torch version)."""
+    path = BUILD_DIR / running_variant_name()
+    if not is_variant(path):
+        built = ", ".join(p.name for p in variant_dirs()) or "none"
+        message = f"no variant {path.name} for torch {torch.__version__} under {BUILD_DIR} (built: {built})"
+        pytest.exit(f"{message}: run `tools/build.py --torch {sys.executable}` first", returncode=2)
+    return path
 
 
 def variant_metadata() -> dict:

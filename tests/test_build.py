@@ -8,7 +8,9 @@ the built library. The asserts written here are this project's own rules.
 
 from __future__ import annotations
 
+import base64
 import filecmp
+import hashlib
 import os
 import re
 import shutil
@@ -21,12 +23,15 @@ from machine_code import cuobjdump, library
 pytestmark = pytest.mark.kernels_ci
 
 ARCH_SECTIONS = {
-    "common": ["9.0a", "10.0a", "11.0a", "12.0a"],
+    "common": ["9.0a", "10.0f", "11.0a", "12.0f"],
     "sm90": ["9.0a"],
-    "sm100": ["10.0a"],
+    "sm100": ["10.0f"],
     "sm110": ["11.0a"],
-    "sm120": ["12.0a"],
+    "sm120": ["12.0f"],
 }
+# kernel-builder's default CUDA arch list for CUDA >= 13.0 (its templates/torch/preamble.cmake): an
+# `a` or `f` capability of build.toml survives its utils.cmake intersection only where its base is here.
+KERNEL_BUILDER_CUDA13_ARCHS = {"7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "11.0", "12.0", "12.1"}
 
 
 def load_build_tool():
@@ -37,17 +42,21 @@ def all_capabilities(config: dict) -> set[str]:
     return {c for kernel in config["kernel"].values() for c in kernel["cuda-capabilities"]}
 
 
-def test_build_toml_passes_kernel_builders_config_check():
-    from kernels._rust import Backend, Build  # kernels-data, as bundled with the kernels client
+def test_build_toml_passes_kernel_builders_config_check(recwarn):
+    """kernels-common's parser, as the 0.19 client bundles it (kernel-builder check-config runs the same
+    code; no public entry point exists). It accepts editions 4 and 5 too, upgrading them in memory with
+    a warning on stderr: the edition is asserted below."""
+    from kernels._rust import Build
 
     build = Build.open(ROOT)  # raises ValueError naming the field on any schema violation
-    assert build.general.backends == [Backend.CUDA]
+    assert [str(backend) for backend in build.general.backends] == ["Backend.CUDA"]
 
 
 def test_build_toml_general_follows_hub_conventions():
     general = build_config()["general"]
-    assert general["name"] == "fp4-gemm" and general["version"] == 1 and general["edition"] == 5
+    assert general["name"] == "fp4-gemm" and general["version"] == 1 and general["edition"] == 6
     assert general["license"] == "Apache-2.0" and general["backends"] == ["cuda"]
+    assert general["build-layout"] == "files"
     assert general["cuda"]["minver"] == "12.8"
     assert general["hub"]["repo-id"] == REPO_ID == "org/fp4-gemm"
 
@@ -56,11 +65,20 @@ def test_build_toml_has_one_section_per_arch_family():
     kernels = build_config()["kernel"]
     assert {name: k["cuda-capabilities"] for name, k in kernels.items()} == ARCH_SECTIONS
     assert kernels["sm110"]["cuda-minver"] == "13.0"
-    assert all(k["backend"] == "cuda" for k in kernels.values())
+    assert all(k["language"] == "cpp-cuda" for k in kernels.values())
 
 
-def test_build_toml_capabilities_are_arch_specific():
-    assert all(c.endswith("a") for c in all_capabilities(build_config()))
+def test_build_toml_capabilities_are_arch_or_family_specific():
+    """wgmma, tcgen05 and the block-scaled MMA exist only in `a` (one capability) or `f` (a family:
+    10.0f runs on B200 and B300, 12.0f on the RTX 50 series and DGX Spark) code."""
+    assert all(c.endswith(("a", "f")) for c in all_capabilities(build_config()))
+
+
+@pytest.mark.parametrize("capability", sorted(all_capabilities(build_config())))
+def test_build_toml_capability_survives_kernel_builders_arch_filter(capability):
+    """kernel-builder drops an `a`/`f` capability whose base is not in its CUDA 13 arch list (10.3a is
+    dropped there: B300 gets its code from 10.0f instead)."""
+    assert capability[:-1] in KERNEL_BUILDER_CUDA13_ARCHS
 
 
 def test_build_toml_sources_exist_and_appear_once():
@@ -79,9 +97,16 @@ def test_every_csrc_file_is_listed_in_build_toml():
 
 def test_flake_uses_kernel_builder_on_this_directory():
     flake = requires_repo_file("flake.nix").read_text()
-    assert 'kernel-builder.url = "github:huggingface/kernels"' in flake
     assert "kernel-builder.lib.genKernelFlakeOutputs" in flake
     assert re.search(r"path\s*=\s*\./\.;", flake)
+
+
+def test_flake_pins_the_kernel_builder_release_of_the_tested_client():
+    """No flake.lock can be made without Nix: the input URL names the release tag of requirements.txt's
+    kernels client, whose parser reads build.toml edition 6."""
+    flake = requires_repo_file("flake.nix").read_text()
+    client = re.search(r"^kernels==(\S+)", requires_repo_file("requirements.txt").read_text(), re.M).group(1)
+    assert f'kernel-builder.url = "github:huggingface/kernels/v{client}";' in flake
 
 
 def test_build_tool_default_builds_every_arch():
@@ -100,6 +125,40 @@ def test_build_tool_skips_sections_newer_than_the_toolkit():
 def test_build_tool_defaults_to_the_gpus_arch():
     wanted, why = load_build_tool().default_archs(build_config(), (9, 0))
     assert wanted == {"9.0a"} and "9.0a" in why
+
+
+def test_build_tool_defaults_to_the_family_target_of_a_family_member():
+    wanted, _ = load_build_tool().default_archs(build_config(), (10, 3))  # B300 runs 10.0f code
+    assert wanted == {"10.0f"}
+
+
+def torch_env(tool, version: str, cuda: str):
+    return tool.TorchEnv(
+        python="python", version=version, cuda=cuda, cxx11_abi=True, machine="x86_64", includes=(),
+        library_dir="", python_include="", cuda_wheel_include=None, gpu=None,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "version, cuda, variant, standard",
+    [
+        ("2.14.1+cu130", "13.0", "torch214-cxx11-cu130-x86_64-linux", "c++20"),
+        ("2.13.0", "13.2", "torch213-cxx11-cu132-x86_64-linux", "c++20"),
+        ("2.12.0+cu126", "12.6", "torch212-cxx11-cu126-x86_64-linux", "c++20"),
+        ("2.11.0+cu130", "13.0", "torch211-cxx11-cu130-x86_64-linux", "c++17"),
+    ],
+)
+def test_build_tool_names_variants_and_picks_the_binding_standard_as_kernel_builder(version, cuda, variant, standard):
+    env = torch_env(load_build_tool(), version, cuda)
+    assert (env.variant, env.cxx_standard) == (variant, standard)
+
+
+def test_build_tool_and_tests_agree_on_this_torchs_variant():
+    import sys
+
+    from conftest import running_variant_name
+
+    assert load_build_tool().read_torch_env(sys.executable).variant == running_variant_name()
 
 
 def test_build_tool_defaults_to_every_arch_without_a_gpu():
@@ -133,19 +192,16 @@ def test_variant_layout_matches_hub():
         assert filecmp.cmp(source, variant / source.name, shallow=False), source.name
 
 
-def test_local_build_writes_the_compat_entry():
-    """tools/build.py also writes <variant>/fp4_gemm/__init__.py for loaders of the older layout
-    (kernel-builder's current output has no such directory, so this is the local build's rule)."""
-    requires_repo_file("tools/build.py")
-    assert (variant_dir() / "fp4_gemm" / "__init__.py").is_file()
+def test_variant_has_no_compat_package():
+    """kernel-builder stopped writing <variant>/fp4_gemm/ (the package is the variant directory)."""
+    assert not (variant_dir() / "fp4_gemm").exists()
 
 
 def test_variant_metadata_is_read_by_kernels():
     from kernels import Metadata
-    from kernels._rust import Backend
 
     metadata = Metadata.read_from_file(variant_dir() / "metadata.json")
-    assert metadata.backend.backend_type == Backend.CUDA
+    assert str(metadata.backend.backend_type) == "Backend.CUDA"
     assert metadata.backend.archs == variant_metadata()["backend"]["archs"]
 
 
@@ -153,8 +209,33 @@ def test_variant_metadata_matches_build_toml():
     meta, general = variant_metadata(), build_config()["general"]
     assert meta["name"] == general["name"] and meta["version"] == general["version"]
     assert meta["license"] == general["license"] and meta["python-depends"] == []
+    assert meta["build-layout"] == general["build-layout"] and meta["kernel-depends"] == []
     assert meta["backend"]["type"] == "cuda"
     assert set(meta["backend"]["archs"]) <= all_capabilities(build_config())
+    assert meta["backend"]["archs"] == sorted(meta["backend"]["archs"])  # kernel-builder's string sort
+
+
+def test_variant_metadata_digest_covers_every_file_as_kernel_builder_hashes_it():
+    """kernels-common's digest: SHA-256 per file, padded base64, every file but metadata.json."""
+    variant = variant_dir()
+    files = variant_metadata()["digest"]["files"]
+    on_disk = sorted(
+        str(p.relative_to(variant)) for p in variant.rglob("*")
+        if p.is_file() and p.name != "metadata.json" and "__pycache__" not in p.parts
+    )  # fmt: skip
+    assert variant_metadata()["digest"]["algorithm"] == "sha256" and sorted(files) == on_disk
+    hello = base64.b64encode(hashlib.sha256(b"hello world").digest()).decode()
+    assert hello == "uU0nuZNNPgilLlLX2n2r+sSE7+N6U4DukIj3rOLvzek="  # kernels-common's own test vector
+    for name in on_disk:
+        assert files[name] == base64.b64encode(hashlib.sha256((variant / name).read_bytes()).digest()).decode()
+
+
+def test_variant_metadata_records_the_source_revision():
+    provenance = variant_metadata()["provenance"]
+    assert provenance["kernel-builder"]["version"]
+    if "kernel" in provenance:  # absent where the build did not come from a git checkout
+        assert re.fullmatch(r"[0-9a-f]{40}", provenance["kernel"]["commit"])
+        assert isinstance(provenance["kernel"]["dirty"], bool)
 
 
 def abi_checked_library():
@@ -180,6 +261,16 @@ def test_variant_library_manylinux_2_28_is_reported():
 # what a Hub kernel may link besides the C/C++ runtime: torch and the CUDA runtime
 ALLOWED_LIBRARIES = re.compile(r"lib(c10|c10_cuda|torch|torch_cpu|torch_cuda|cudart)\.so.*")
 SYSTEM_LIBRARIES = re.compile(r"(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+)\.so.*|ld-linux.*")
+
+
+def test_variant_library_has_no_gnu_unique_symbols():
+    """-fno-gnu-unique, as kernel-builder compiles: a STB_GNU_UNIQUE symbol pins the library in the
+    process, so a second build of the package could not load beside it."""
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        pytest.skip("readelf (binutils) is not installed")
+    symbols = subprocess.run([readelf, "-Ws", str(library())], capture_output=True, text=True, check=True).stdout
+    assert [line for line in symbols.splitlines() if " UNIQUE " in line] == []
 
 
 def test_variant_library_links_only_torch_and_the_cuda_runtime():

@@ -8,6 +8,8 @@ import subprocess
 import sys
 
 import pytest
+import shutil
+
 from conftest import KERNEL_PATH, REPO_ID, ROOT, locate_build, variant_dir, variant_metadata
 
 pytestmark = pytest.mark.kernels_ci
@@ -17,27 +19,6 @@ def test_get_local_kernel_loads_the_variant(fp4):
     functions = [name for name in fp4.__all__ if not name.isupper()]  # the rest: flashrt's constants
     assert functions and all(callable(getattr(fp4, name)) for name in functions)
     assert "group_wise_quant" in fp4.__all__
-
-
-def test_compat_entry_exposes_what_the_package_does():
-    """`<variant>/fp4_gemm/`, imported as a plain package (flashrt's test suite does), has the public
-    functions, the constants, `ops` and the submodules, and runs."""
-    code = (
-        "import sys, torch\n"
-        f"sys.path.insert(0, {str(variant_dir())!r})\n"
-        "import fp4_gemm\n"
-        "variant = sys.modules['fp4_gemm._variant']\n"
-        "public = {n for n in vars(variant) if not n.startswith('__')}\n"
-        "missing = sorted(public - set(vars(fp4_gemm)))\n"
-        "assert not missing, missing\n"
-        "assert fp4_gemm.ops is variant.ops and fp4_gemm.ops.name.startswith('_fp4_gemm_')\n"
-        "assert fp4_gemm.NVFP4_BLOCK_SIZE == 16 and fp4_gemm.aligned_fp4_dim(4304) == 4320\n"
-        "q, sf = fp4_gemm.quantize_fp4_sfa_bf16(torch.ones(1, 32, dtype=torch.bfloat16))\n"
-        "print(sf[0].item())\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split()[-1] == str(0x23)  # e4m3(1 / 6)
 
 
 def test_get_kernel_with_local_override_gives_the_same_module(fp4, monkeypatch):
@@ -61,10 +42,44 @@ def test_get_kernel_loads_in_a_fresh_interpreter():
     assert result.stdout.split()[-1] == str(0x23)  # e4m3(1 / 6) = 0.1640625
 
 
+def load_in_fresh_interpreter(path, check_arch: bool = True) -> subprocess.CompletedProcess:
+    code = (
+        "import logging, sys\n"
+        "from pathlib import Path\n"
+        "from kernels import get_local_kernel\n"
+        "logging.basicConfig(level=logging.WARNING)\n"
+        f"ops = get_local_kernel(Path(sys.argv[1]), check_arch={check_arch})\n"
+        "print(ops.sfa_size_bytes(128, 64))\n"
+    )
+    return subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=300)
+
+
+def test_loading_verifies_the_digest_without_a_warning():
+    result = load_in_fresh_interpreter(KERNEL_PATH)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split()[-1] == "512"
+    assert "digest" not in result.stderr, result.stderr[-3000:]
+
+
+def test_loading_a_modified_variant_fails_the_digest_check(tmp_path):
+    copy = tmp_path / variant_dir().name
+    shutil.copytree(variant_dir(), copy)
+    with (copy / "_validate.py").open("a") as f:
+        f.write("\n# modified after the build\n")
+    result = load_in_fresh_interpreter(tmp_path)
+    assert result.returncode != 0 and "do not match the digest" in result.stderr, result.stderr[-3000:]
+
+
+def test_loading_without_the_arch_check_is_the_documented_call():
+    """docs/API.md's call for a GPU outside the build's archs (the package then runs its reference)."""
+    result = load_in_fresh_interpreter(KERNEL_PATH, check_arch=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
 def test_ops_namespace_is_unique_per_build(fp4):
-    """tools/build.py names it _fp4_gemm_<content hash>; kernel-builder _fp4_gemm_cuda_<git revision>."""
+    """kernel-builder names it _fp4_gemm_cuda_<git revision>, tools/build.py _fp4_gemm_cuda_<content hash>."""
     namespace = fp4.ops.name
-    assert re.fullmatch(r"_fp4_gemm_([0-9a-f]{10}|cuda_\w+)", namespace), namespace
+    assert re.fullmatch(r"_fp4_gemm_cuda_\w+", namespace), namespace
     assert variant_metadata()["id"] == namespace
 
 

@@ -7,7 +7,17 @@
 namespace fp4_gemm {
 
 bool arch_runs_on(GemmArch arch, int cc) {
-  return arch == GemmArch::Portable || static_cast<int>(arch) == cc;
+  const int major = cc / 10;
+  switch (arch) {
+    case GemmArch::Portable:
+      return cc == 90 || major == 10 || cc == 110 || major == 12;
+    case GemmArch::Sm100:
+      return major == 10;
+    case GemmArch::Sm120:
+      return major == 12;
+    default:
+      return static_cast<int>(arch) == cc;
+  }
 }
 
 const GemmBackend* find_gemm_backend(const GemmProblem& problem, int cc) {

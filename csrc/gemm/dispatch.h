@@ -22,8 +22,9 @@ int64_t delegate_scratch_bytes(const GemmProblem& problem, const char* delegator
 // (none before the scratch exists).
 void pass_scratch_past(const GemmProblem& outer, int64_t own_bytes, GemmProblem& inner);
 
-// Whether a backend of `arch` has code for compute capability `cc`: portable backends everywhere,
-// arch sections on their own capability only.
+// Whether a backend of `arch` has code for compute capability `cc`, as build.toml compiles them:
+// sm90 and sm110 for their own capability (9.0a, 11.0a), sm100 and sm120 for their family (10.0f:
+// B200 and B300; 12.0f: the RTX 50 series and DGX Spark), portable backends for all of those.
 bool arch_runs_on(GemmArch arch, int cc);
 
 }  // namespace fp4_gemm
