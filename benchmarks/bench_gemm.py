@@ -60,7 +60,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its siblings, however this file is loaded
 import gemm_peers as peers  # noqa: E402
-from benchmark_gemm import Ours, ours_fn, ours_for, quantize  # noqa: E402
+from benchmark import Ours, ours_fn, ours_for, quantize  # noqa: E402
 from gemm_table import markdown, parse_shape  # noqa: E402
 
 Tensor = torch.Tensor

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 import torch
-from benchmark_gemm import GEMM_OPERANDS, OPERANDS, Operand, mm_bt  # noqa: F401 (the peers' operand table)
+from benchmark import GEMM_OPERANDS, OPERANDS, Operand, mm_bt  # noqa: F401 (the peers' operand table)
 
 Tensor = torch.Tensor
 

@@ -25,19 +25,27 @@ def nvfp4_output_backend(fp4, m: int, n: int = 4096, k: int = 4096, **kind) -> s
 
 
 def build_capabilities() -> tuple[str, ...]:
-    """Every CUDA capability of build.toml's kernel sections, in order ("9.0a", "10.0a", ...): the one
+    """Every CUDA capability of build.toml's kernel sections, in order ("9.0a", "10.0f", ...): the one
     list of archs; the package's SUPPORTED_CUDA_CAPABILITIES and every test's archs come from it."""
     caps = {cap for kernel in build_config()["kernel"].values() for cap in kernel["cuda-capabilities"]}
-    return tuple(sorted(caps, key=lambda cap: float(cap.rstrip("a"))))
+    return tuple(sorted(caps, key=compute_capability))
 
 
 def compute_capability(cap: str) -> int:
-    """The number GemmCall.backends and the backends' archs use: 100 for "10.0a"."""
-    major, minor = cap.rstrip("a").split(".")
+    """The number GemmCall.backends and the backends' archs use: 100 for "10.0f", 90 for "9.0a"."""
+    major, minor = cap.rstrip("af").split(".")
     return 10 * int(major) + int(minor)
 
 
-ARCH_CAPABILITIES = {f"sm_{compute_capability(cap)}": cap for cap in build_capabilities()}  # "sm_90": "9.0a"
+# The GPUs a family (`f`) target runs on besides its base: B300 (10.3) and DGX Spark's GB10 (12.1).
+FAMILY_MEMBERS = {100: (100, 103), 120: (120, 121)}
+# "sm_90": "9.0a", "sm_100": "10.0f", "sm_103": "10.0f", ...: every GPU arch the build has code for
+ARCH_CAPABILITIES = {
+    f"sm_{member}": cap
+    for cap in build_capabilities()
+    for member in FAMILY_MEMBERS.get(compute_capability(cap), (compute_capability(cap),))
+}
+# cc -> capability of each Blackwell cubin: 100 -> "10.0f", 110 -> "11.0a", 120 -> "12.0f"
 BLACKWELL_CAPABILITIES = {compute_capability(c): c for c in build_capabilities() if compute_capability(c) >= 100}
 
 # The kinds of GEMM the staged backend serves (csrc/gemm/staged.cu): NVFP4 outputs with each

@@ -50,11 +50,17 @@ def library() -> Path:
     return variant_dir() / f"{variant_metadata()['id']}.abi3.so"
 
 
+def cubin_arch(cc: int) -> str:
+    """The cubin arch of compute capability cc in this build: sm_90a, sm_100f, ..."""
+    (capability,) = [c for c in variant_metadata()["backend"]["archs"] if c.rstrip("af").replace(".", "") == str(cc)]
+    return "sm_" + capability.replace(".", "")
+
+
 @functools.cache
 def all_kernels(cc: int) -> dict[str, str]:
     """Mangled name -> SASS of every kernel in the arch's cubins."""
     env = disassembly_env()
-    command = [env["CUOBJDUMP"], "--dump-sass", "--gpu-architecture", f"sm_{cc}a", str(library())]
+    command = [env["CUOBJDUMP"], "--dump-sass", "--gpu-architecture", cubin_arch(cc), str(library())]
     sass = subprocess.run(command, capture_output=True, text=True, check=True, env=env).stdout
     kernels = {}
     for chunk in re.split(r"\n\s*Function : ", sass)[1:]:

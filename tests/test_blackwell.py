@@ -1,6 +1,6 @@
 """The Blackwell backends (csrc/gemm/sm100, sm110, sm120), verified without a Blackwell GPU.
 
-No GPU here runs sm_100a, sm_110a or sm_120a code, so these tests check what can be checked:
+No GPU here runs sm_100f, sm_110a or sm_120f code, so these tests check what can be checked:
 - the machine code: the built library holds, for every arch and operand format, the CUTLASS
   kernels of the instantiation table, and each one issues the block-scaled MMA of its format
   (disassembled with cuobjdump + nvdisasm from the PyPI packages of requirements.txt);
@@ -25,7 +25,7 @@ from cases import BLACKWELL_CAPABILITIES, STAGED_KINDS
 from conftest import ROOT, variant_metadata
 from machine_code import all_kernels, nvidia_tool
 
-BLACKWELL = BLACKWELL_CAPABILITIES  # cc -> capability: 100 -> "10.0a", ...
+BLACKWELL = BLACKWELL_CAPABILITIES  # cc -> capability: 100 -> "10.0f", ...
 FORMATS = ("mxfp8", "mxfp4", "nvfp4")
 BACKENDS = {cc: f"sm{cc}_cutlass" for cc in BLACKWELL}
 
@@ -86,10 +86,10 @@ def blackwell_kernels(cc: int) -> dict[str, tuple[str, str]]:
     return kernels
 
 
-# The block-scaled MMA of each (arch family, format), as nvdisasm spells it. sm_100a/sm_110a: the
+# The block-scaled MMA of each (arch family, format), as nvdisasm spells it. sm_100f/sm_110a: the
 # tcgen05 UTC*MMA with the A and B scale factors in tensor memory (the operands after the accumulator
 # and after the instruction descriptor; .2CTA for the widen tile); 4X is the 16-element NVFP4 scale
-# vector, QMMA the 8-bit kind. sm_120a: warp-level MMA with scale factors (.SF), E8 = UE8M0 scales.
+# vector, QMMA the 8-bit kind. sm_120f: warp-level MMA with scale factors (.SF), E8 = UE8M0 scales.
 SCALED_MMA = {
     (100, "nvfp4"): r"UTCOMMA(\.2CTA)?\.4X gdesc\[\w+\], gdesc\[\w+\], tmem\[\w+\], tmem\[\w+\], idesc\[\w+\], tmem\[",
     (100, "mxfp4"): r"UTCOMMA(\.2CTA)? gdesc\[\w+\], gdesc\[\w+\], tmem\[\w+\], tmem\[\w+\], idesc\[\w+\], tmem\[",
@@ -155,7 +155,7 @@ def test_library_has_the_grouped_kernels_and_their_argument_kernels(cc, fmt):
 
 @pytest.mark.machine_code
 def test_sm100_and_sm110_kernels_are_distinct_symbols():
-    """The same recipe compiles for sm_100a and sm_110a in two units; distinct kernel types keep each
+    """The same recipe compiles for sm_100f and sm_110a in two units; distinct kernel types keep each
     section's launches on its own cubin (identical ones would share one host stub)."""
     require_built(100)
     require_built(110)

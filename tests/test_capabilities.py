@@ -15,7 +15,7 @@ import re
 import pytest
 import torch
 from api_cases import CASES, make_call, nvfp4_operand
-from cases import ARCH_CAPABILITIES, build_capabilities
+from cases import ARCH_CAPABILITIES, build_capabilities, compute_capability
 from checks import OpRecorder
 from conftest import variant_metadata
 
@@ -122,8 +122,8 @@ def evaluate(formula: str, **names: object) -> object:
 
 
 def public_functions(fp4) -> set[str]:
-    """__all__ but the flashrt constants (NVFP4_BLOCK_SIZE, ...)."""
-    return {name for name in fp4.__all__ if not name.isupper()}
+    """__all__ but the layers module and the flashrt constants (NVFP4_BLOCK_SIZE, ...)."""
+    return {name for name in fp4.__all__ if not name.isupper()} - {"layers"}
 
 
 def test_capabilities_functions_cover_the_public_api(fp4):
@@ -227,14 +227,42 @@ def test_supported_cuda_capabilities_are_build_toml_s(fp4):
 
 
 def test_gemm_backend_archs_are_the_built_capabilities(fp4):
-    built = {cc for cc in variant_metadata()["backend"]["archs"]}
-    assert {f"sm_{cc}" for cc in fp4.ops.gemm_backend_archs()} == {a for a, cc in ARCHS.items() if cc in built}
+    built = variant_metadata()["backend"]["archs"]
+    assert set(fp4.ops.gemm_backend_archs()) == {compute_capability(cap) for cap in built}
+
+
+def test_capabilities_name_every_member_of_a_built_family(fp4):
+    """10.0f code runs on B200 and B300, 12.0f on the RTX 50 series and DGX Spark: all are named."""
+    assert {"sm_100", "sm_103", "sm_120", "sm_121"} <= set(ARCHS)
+    assert fp4.capabilities()["functions"]["group_wise_quant"].keys() == {*ARCHS, "cpu"}
+
+
+@pytest.mark.parametrize("family, member", [(100, 103), (120, 121)])
+def test_a_family_member_gets_the_backends_of_its_family(fp4, family, member):
+    call = fp4._gemm.described_call("nvfp4", m=256, n=4096, k=4096)
+    assert call.backends(member) == call.backends(family)
+
+
+@pytest.mark.parametrize("cc", [75, 80, 86, 89])
+def test_a_gpu_without_code_in_this_build_runs_the_reference(fp4, cc):
+    """Ampere and Ada (and anything outside build.toml's capabilities): no backend; every op runs its
+    `_reference` twin there (loaded with check_arch=False)."""
+    for m in (1, 256):
+        assert fp4._gemm.described_call("nvfp4", m=m, n=4096, k=4096).backends(cc) == [], f"{m=} n=4096 k=4096"
+
+
+def test_every_native_op_has_a_reference_twin_with_its_schema(fp4):
+    for op in fp4.ops.native_cuda_ops():
+        native, twin = getattr(fp4.ops, op).default._schema, getattr(fp4.ops, f"{op}_reference").default._schema
+        assert str(twin).split("(", 1)[1] == str(native).split("(", 1)[1], op
+        name = getattr(fp4.ops, f"{op}_reference").default.name()
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(name, "CUDA"), op
 
 
 def test_capabilities_built_cuda_capabilities_are_the_build_metadata(fp4):
     caps = fp4.capabilities()
     assert caps["built_cuda_capabilities"] == tuple(variant_metadata()["backend"]["archs"])
-    assert caps["cuda_capabilities"] == tuple(ARCHS.values())
+    assert caps["cuda_capabilities"] == build_capabilities()
 
 
 def test_capabilities_gemm_backends_are_built_archs(fp4):

@@ -62,9 +62,12 @@ def test_card_front_matter_is_the_hub_metadata():
     assert rendered().startswith("---\nlibrary_name: kernels\nlicense: apache-2.0\n")
 
 
+def section(card: str, heading: str) -> str:
+    return card.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
 def test_card_lists_every_public_function():
-    card = rendered()
-    listed = re.findall(r"^- `(\w+)`$", card, flags=re.MULTILINE)
+    listed = re.findall(r"^- `(\w+)`$", section(rendered(), "Functions"), flags=re.MULTILINE)
     assert listed == card_context()["functions"]
 
 
@@ -113,8 +116,17 @@ def test_card_quantizer_table_is_the_measured_run():
 
 def test_card_marks_every_blackwell_arch_compile_verified():
     rows = {row[0]: row[1] for row in table_rows(rendered(), "| arch | status |")}
-    blackwell = [arch for arch in rows if arch.startswith(("sm_100a", "sm_110a", "sm_120a"))]
+    blackwell = [arch for arch in rows if arch.startswith(("sm_100, sm_103", "sm_110", "sm_120, sm_121"))]
     assert len(blackwell) == 3 and all(rows[arch].startswith("compile-verified") for arch in blackwell)
+
+
+def test_card_lists_every_layer_and_the_benchmarks():
+    """kernel-builder lists the layers only when __all__ names "layers", and shows the benchmark
+    section only when benchmarks/benchmark.py exists."""
+    card, context = rendered(), card_context()
+    assert context["layers"] == ["NVFP4Linear", "MXFP4Linear", "MXFP8Linear", "W4A16NVFP4Linear"]
+    assert re.findall(r"^- `(\w+)`$", section(card, "Layers"), flags=re.MULTILINE) == context["layers"]
+    assert context["has_benchmark"] and "kernels benchmark" in card
 
 
 def test_card_plot_exists():

@@ -1,6 +1,6 @@
 """The benchmarks as the Hub holds them: kernel-builder uploads benchmarks/benchmark*.py and nothing else
-of benchmarks/, and `kernels benchmark <repo>` loads each of those files on its own (kernels'
-discover_benchmark_classes) and runs its Benchmark subclasses' setup_/benchmark_/verify_ workloads."""
+of benchmarks/, and `kernels benchmark <repo>` loads each of those files on its own and runs its
+Benchmark subclasses' setup_/benchmark_/verify_ workloads."""
 
 from __future__ import annotations
 
@@ -26,63 +26,63 @@ def hub_repo(tmp_path: Path) -> Path:
     return tmp_path
 
 
+# What `kernels benchmark` does with each file: import it alone (the Hub holds no other file of
+# benchmarks/), then run the Benchmark subclasses it defines. Public API only: kernels.benchmark.Benchmark.
 DISCOVER = """\
-import sys
+import importlib.util, inspect, sys
 from pathlib import Path
-from kernels.cli.benchmark import discover_benchmark_classes
+from kernels.benchmark import Benchmark
 script = Path(sys.argv[1])
-for cls in discover_benchmark_classes(script, script.parent.parent):
-    workloads = [n[len("benchmark_"):] for n in dir(cls) if n.startswith("benchmark_")]
-    unverified = [w for w in workloads if not hasattr(cls, "verify_" + w)]
-    print(cls.__name__, len(workloads), ",".join(unverified) or "-")
+spec = importlib.util.spec_from_file_location(script.stem, script)
+module = importlib.util.module_from_spec(spec)
+sys.modules[script.stem] = module
+spec.loader.exec_module(module)
+for cls in vars(module).values():
+    if inspect.isclass(cls) and issubclass(cls, Benchmark) and cls is not Benchmark and cls.__module__ == script.stem:
+        for workload in [n[len("benchmark_"):] for n in dir(cls) if n.startswith("benchmark_")]:
+            print(f"{cls.__name__}.{workload}", hasattr(cls, "verify_" + workload))
 """
 
 
-def require_kernels_cli() -> None:
-    """kernels' CLI imports its signature checks (sigstore, cryptography): a client installed without
-    its dependencies (pip --no-deps, as on the device machine) has no CLI to run."""
-    pytest.importorskip("kernels.cli", reason="the kernels CLI needs its dependencies (pip install kernels)")
+def uploaded_workloads(script: Path) -> dict[str, bool]:
+    """Class.workload -> whether it has a verify_ step, as a fresh interpreter sees the file alone."""
+    result = subprocess.run(
+        [sys.executable, "-c", DISCOVER, str(script)], capture_output=True, text=True, cwd=script.parent, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {name: verified == "True" for name, verified in (line.split() for line in result.stdout.splitlines())}
+
+
+def kernels_cli() -> str:
+    """The `kernels` command of the installed client (a client installed with pip --no-deps, as on the
+    device machine, has none)."""
+    found = shutil.which("kernels") or str(Path(sys.executable).with_name("kernels"))
+    if not Path(found).is_file():
+        pytest.skip("the kernels command is not installed (pip install kernels puts it beside python)")
+    return found
 
 
 def test_uploaded_benchmarks_exist():
-    assert [p.name for p in UPLOADED] == ["benchmark_gemm.py", "benchmark_quantize.py"]
+    assert [p.name for p in UPLOADED] == ["benchmark.py", "benchmark_quantize.py"]
 
 
 @pytest.mark.parametrize("script", [p.name for p in UPLOADED])
 def test_uploaded_benchmark_loads_alone_with_verified_workloads(tmp_path, script):
-    """kernels' own loader on the file, in a fresh interpreter that sees no other file of benchmarks/."""
-    require_kernels_cli()
-    repo = hub_repo(tmp_path)
-    result = subprocess.run(
-        [sys.executable, "-c", DISCOVER, str(repo / "benchmarks" / script)],
-        capture_output=True, text=True, cwd=repo, timeout=300,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    classes = [line.split() for line in result.stdout.splitlines()]
-    assert classes, f"{script}: no Benchmark subclass"
-    for name, count, unverified in classes:
-        assert int(count) > 0 and unverified == "-", f"{script} {name}: {count} workloads, unverified {unverified}"
+    """Each file imported on its own, in a fresh interpreter that sees no other file of benchmarks/."""
+    workloads = uploaded_workloads(hub_repo(tmp_path) / "benchmarks" / script)
+    assert workloads, f"{script}: no Benchmark workload"
+    assert all(workloads.values()), f"{script}: unverified {[w for w, ok in workloads.items() if not ok]}"
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="kernels benchmark runs on the GPU (its device is torch's CUDA backend)")
 def test_kernels_benchmark_runs_and_verifies_every_uploaded_workload(tmp_path):
     pytest.importorskip("tabulate", reason="kernels benchmark needs tabulate (requirements.txt)")
-    require_kernels_cli()
-    from kernels.cli.benchmark import discover_benchmark_classes
-
     repo = hub_repo(tmp_path / "repo")
-    expected = {
-        f"{cls.__name__}.{name[len('benchmark_') :]}"
-        for script in sorted((repo / "benchmarks").glob("benchmark*.py"))
-        for cls in discover_benchmark_classes(script, repo)
-        for name in dir(cls)
-        if name.startswith("benchmark_")
-    }
-    cli = "import sys; from kernels.cli import main; sys.argv[0] = 'kernels'; main()"
+    expected = {w for script in sorted((repo / "benchmarks").glob("benchmark*.py")) for w in uploaded_workloads(script)}
     output = tmp_path / "result.json"
-    command = [sys.executable, "-c", cli, "benchmark", str(repo), "--iterations", "3", "--warmup", "1"]
-    result = subprocess.run(command + ["--output", str(output)], capture_output=True, text=True, timeout=600)
+    command = [kernels_cli(), "benchmark", str(repo), "--iterations", "3", "--warmup", "1", "--output", str(output)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     workloads = {entry["workload"]: entry.get("verified") for entry in json.loads(output.read_text())["results"]}
     assert set(workloads) == expected and all(workloads.values()), workloads

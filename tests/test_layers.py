@@ -51,13 +51,18 @@ def expected_output(ref, module: nn.Module, x: torch.Tensor, recipe: str) -> tup
     return y, alpha * a, b
 
 
-def test_layers_follow_kernels_layer_rules(fp4):
-    from kernels.layer.layer import _validate_layer  # the check kernelize runs on every loaded layer
+@pytest.mark.parametrize("name", [*LAYERS.values(), "W4A16NVFP4Linear"])
+def test_kernelize_accepts_the_layer(fp4, name):
+    """kernelize validates every layer it loads (stateless, forward only, the client's signature)."""
+    from kernels import LocalLayerRepository, Mode, kernelize, use_kernel_forward_from_hub, use_kernel_mapping
 
-    for name in LAYERS.values():
-        layer = getattr(fp4.layers, name)
-        _validate_layer(check_cls=QuantizedLinear, cls=layer, repo=name)
-        assert layer.can_torch_compile and not layer.has_backward
+    client = use_kernel_forward_from_hub(name)(type(f"Client{name}", (QuantizedLinear,), {}))
+    model = nn.Sequential(client())
+    mapping = {name: {"cpu": LocalLayerRepository(KERNEL_PATH, layer_name=name)}}
+    with use_kernel_mapping(mapping, inherit_mapping=False):
+        kernelize(model, mode=Mode.INFERENCE | Mode.TORCH_COMPILE, device="cpu", use_fallback=False)
+    layer = getattr(fp4.layers, name)
+    assert layer.can_torch_compile and not layer.has_backward
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -184,13 +189,6 @@ def test_linear_layer_compiles_fullgraph(fp4):
 
 
 # ---- the W4A16 layer ----------------------------------------------------------------------------
-
-
-def test_w4a16_layer_follows_kernels_layer_rules(fp4):
-    from kernels.layer.layer import _validate_layer
-
-    _validate_layer(check_cls=QuantizedLinear, cls=fp4.layers.W4A16NVFP4Linear, repo="W4A16NVFP4Linear")
-    assert fp4.layers.W4A16NVFP4Linear.can_torch_compile and not fp4.layers.W4A16NVFP4Linear.has_backward
 
 
 @pytest.mark.parametrize("device", DEVICES)

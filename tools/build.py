@@ -383,7 +383,8 @@ class NinjaFile:
 
     def __init__(self, work: Path) -> None:
         self.work = work
-        self.lines = [NINJA_RULES.format(cxx=shlex.quote(os.environ.get("CXX", "c++")), nvcc=shlex.quote(str(nvcc_path())))]
+        cxx = shlex.quote(os.environ.get("CXX", "c++"))
+        self.lines = [NINJA_RULES.format(cxx=cxx, nvcc=shlex.quote(str(nvcc_path())))]
 
     def compile(self, source: str, folder: str, flags: list[str]) -> str:
         obj = self.work / "obj" / folder / (source + ".o")

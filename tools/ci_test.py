@@ -95,10 +95,14 @@ def read_only_mount_prefix(path: Path) -> list[str]:
 
 
 def variant_dir(build: Path) -> Path:
-    variants = sorted(p for p in build.glob("torch*-linux") if (p / "metadata.json").is_file())
-    if not variants:
-        sys.exit(f"no built variant under {build}: run `python tools/build.py` first")
-    return variants[-1]
+    """The variant of this interpreter's torch (ci-test runs each variant under its own torch)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from build import read_torch_env  # the build tool's naming of variants
+
+    variant = build / read_torch_env(sys.executable).variant
+    if not (variant / "metadata.json").is_file():
+        sys.exit(f"no variant {variant.name} under {build}: run `tools/build.py --torch {sys.executable}` first")
+    return variant
 
 
 def main() -> None:

@@ -73,10 +73,26 @@ int64_t stored_columns(const at::Tensor& values) {
   return values.scalar_type() == at::kByte ? values.size(-1) * 2 : values.size(-1);
 }
 
+// Whether this build has machine code for the tensor's GPU. Where it has none (a GPU outside
+// build.toml's capabilities, loaded with check_arch=False), every native op runs its exact reference.
+bool has_native_code(const at::Tensor& t) {
+  return fp4_gemm::arch_runs_on(fp4_gemm::GemmArch::Portable, device_cc(t.get_device()));
+}
+
+// `<op>_reference`: the op's schema, its exact reference registered for CUDA from Python.
+template <class Signature, class... Args>
+void call_reference(const char* op, Args&&... args) {
+  const std::string name = std::string(FP4_GEMM_NAME_STRING(TORCH_EXTENSION_NAME) "::") + op + "_reference";
+  c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), "").typed<Signature>().call(std::forward<Args>(args)...);
+}
+
 }  // namespace
 
 void quantize_cuda(const at::Tensor& input, std::string_view recipe, bool swizzle, bool pdl, at::Tensor& values,
                    at::Tensor& scales) {
+  if (!has_native_code(input)) {
+    return call_reference<decltype(quantize_cuda)>("quantize", input, recipe, swizzle, pdl, values, scales);
+  }
   TORCH_CHECK(input.dim() == 2 && input.is_contiguous() && values.is_contiguous() && scales.is_contiguous(),
               "fp4_gemm.quantize: tensors must be contiguous and the input 2-D");
   const c10::cuda::CUDAGuard guard(input.device());
@@ -98,6 +114,9 @@ void quantize_cuda(const at::Tensor& input, std::string_view recipe, bool swizzl
 
 void dequantize_cuda(const at::Tensor& values, const at::Tensor& scales, std::string_view recipe, bool swizzle,
                      at::Tensor& out) {
+  if (!has_native_code(values)) {
+    return call_reference<decltype(dequantize_cuda)>("dequantize", values, scales, recipe, swizzle, out);
+  }
   TORCH_CHECK(values.is_contiguous() && scales.is_contiguous() && out.is_contiguous() && out.dim() == 2,
               "fp4_gemm.dequantize: tensors must be contiguous and out 2-D");
   const c10::cuda::CUDAGuard guard(values.device());
@@ -115,6 +134,9 @@ void dequantize_cuda(const at::Tensor& values, const at::Tensor& scales, std::st
 
 void swiglu_quant_cuda(const at::Tensor& input, const at::Tensor& counts, std::string_view recipe,
                        at::Tensor& values, at::Tensor& scales) {
+  if (!has_native_code(input)) {
+    return call_reference<decltype(swiglu_quant_cuda)>("swiglu_quant", input, counts, recipe, values, scales);
+  }
   TORCH_CHECK(input.dim() == 2 && input.scalar_type() == at::kBFloat16 && input.is_contiguous(),
               "fp4_gemm.swiglu_quant: input must be a contiguous 2-D bfloat16 tensor");
   TORCH_CHECK(counts.dim() == 1 && counts.scalar_type() == at::kInt && counts.is_contiguous() &&
@@ -152,6 +174,10 @@ void swiglu_quant_cuda(const at::Tensor& input, const at::Tensor& counts, std::s
 void permute_to_masked_cuda(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& topk_ids,
                             int64_t num_experts, int64_t max_token_num, at::Tensor& permute_x, at::Tensor& out_scale,
                             at::Tensor& index_map, at::Tensor& counts) {
+  if (!has_native_code(x)) {
+    return call_reference<decltype(permute_to_masked_cuda)>("permute_to_masked", x, scale, topk_ids, num_experts,
+                                                            max_token_num, permute_x, out_scale, index_map, counts);
+  }
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() &&
                   (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat8_e4m3fn),
               "fp4_gemm.permute_to_masked: x must be a contiguous 2-D bfloat16 or float8_e4m3fn tensor");
@@ -211,6 +237,7 @@ void permute_to_masked_cuda(const at::Tensor& x, const at::Tensor& scale, const 
 }
 
 void repack_cuda(const at::Tensor& b, at::Tensor& out) {
+  if (!has_native_code(b)) return call_reference<decltype(repack_cuda)>("repack", b, out);
   TORCH_CHECK(b.dim() == 2 && b.scalar_type() == at::kByte && b.is_contiguous() && out.scalar_type() == at::kByte &&
                   out.is_contiguous() && out.sizes() == b.sizes() && out.device() == b.device(),
               "fp4_gemm.repack: b and out must be contiguous uint8 [N, K/2] tensors on one device");
@@ -233,6 +260,10 @@ void repack_cuda(const at::Tensor& b, at::Tensor& out) {
 void tile_group_scales_cuda(const std::optional<at::Tensor>& group_index, int64_t group_rows, const at::Tensor& scales,
                             int64_t groups, int64_t nkb, at::Tensor& layout, at::Tensor& out_scales) {
   using namespace fp4_gemm;
+  if (!has_native_code(scales)) {
+    return call_reference<decltype(tile_group_scales_cuda)>("tile_group_scales", group_index, group_rows, scales,
+                                                            groups, nkb, layout, out_scales);
+  }
   const bool strided = !group_index.has_value();
   TORCH_CHECK(strided || (group_index->dim() == 1 && group_index->scalar_type() == at::kInt &&
                           group_index->is_contiguous() && group_index->device() == scales.device()),
@@ -491,11 +522,9 @@ void gemm_cuda(const at::Tensor& a, const at::Tensor& b, const std::optional<at:
     backend->run(problem, at::cuda::getCurrentCUDAStream());
     return;
   }
-  // No kernel of this build serves the problem: the exact reference, run on the GPU with PyTorch ops.
-  static const auto reference = c10::Dispatcher::singleton()
-                                    .findSchemaOrThrow(FP4_GEMM_NAME_STRING(TORCH_EXTENSION_NAME) "::gemm_reference", "")
-                                    .typed<decltype(gemm_cuda)>();
-  reference.call(a, b, sfa, sfb, group_index, alpha, bias, residual, out, out_scales, kind, alpha_scale, knobs);
+  // No kernel of this build serves the problem (or this GPU): the exact reference, with PyTorch ops.
+  call_reference<decltype(gemm_cuda)>("gemm", a, b, sfa, sfb, group_index, alpha, bias, residual, out, out_scales,
+                                      kind, alpha_scale, knobs);
 }
 
 std::vector<std::string> gemm_backend_names() {
@@ -514,15 +543,29 @@ std::vector<int64_t> gemm_backend_archs() {
   return archs;
 }
 
+namespace {
+
+// `name` with its CUDA kernel, and `name_reference` with the same schema: the exact reference,
+// registered for CUDA from Python, which the kernel runs where this build has no code for the GPU.
+template <class Kernel>
+void def_native(torch::Library& ops, const std::string& name, const std::string& arguments, Kernel* kernel) {
+  ops.def((name + arguments).c_str());
+  ops.impl(name.c_str(), c10::kCUDA, kernel);
+  ops.def((name + "_reference" + arguments).c_str());
+}
+
+}  // namespace
+
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   // Block quantization (recipes mxfp8, mxfp4, nvfp4, nvfp4_mse, e0m3). values and scales are written
   // in place, every byte, padding included; values may be wider and taller than input (zero padding).
-  ops.def("quantize(Tensor input, str recipe, bool swizzle, bool pdl, Tensor(a!) values, Tensor(b!) scales) -> ()");
-  ops.impl("quantize", c10::kCUDA, &quantize_cuda);
+  def_native(ops, "quantize",
+             "(Tensor input, str recipe, bool swizzle, bool pdl, Tensor(a!) values, Tensor(b!) scales) -> ()",
+             &quantize_cuda);
 
   // Exact dequantization of stored values and their scales into out (bf16, fp16 or fp32).
-  ops.def("dequantize(Tensor values, Tensor scales, str recipe, bool swizzle, Tensor(a!) out) -> ()");
-  ops.impl("dequantize", c10::kCUDA, &dequantize_cuda);
+  def_native(ops, "dequantize", "(Tensor values, Tensor scales, str recipe, bool swizzle, Tensor(a!) out) -> ()",
+             &dequantize_cuda);
 
   // Every GEMM of both API families: out = encode(act(alpha_scale * alpha[g] * A @ B[g]^T + bias + residual)).
   // sfa: A's scales, absent for a bf16 A. `kind` packs the operand formats, b_interleaved, the
@@ -531,12 +574,8 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   // nvfp4_from_fp16: out_scales then receives the swizzled scales); `knobs` packs schedule (auto |
   // streamk | m256), variant, sm_count, warps, stages, splits and pdl, which choose how a kernel runs, never
   // what it computes. The packing: gemm_packing and gemm_names.
-  ops.def(gemm_schema("gemm(").c_str());
-  ops.impl("gemm", c10::kCUDA, &gemm_cuda);
-
-  // The exact reference of `gemm` on the GPU (registered from Python): what `gemm` runs when no
-  // kernel of this build serves a problem.
-  ops.def(gemm_schema("gemm_reference(").c_str());
+  // Where no kernel of this build serves a problem, `gemm` runs `gemm_reference`.
+  def_native(ops, "gemm", gemm_schema("("), &gemm_cuda);
 
   // `gemm` on the backend named first (ops.gemm_backend's names), which must serve the problem on
   // this device: tests hold each backend to the reference on the GPU they have, also where dispatch
@@ -559,32 +598,33 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
 
   // SwiGLU (input = [gate | up]) then quantization (recipe mxfp8 or nvfp4) of each group's first
   // counts[g] rows; other rows are not written.
-  ops.def("swiglu_quant(Tensor input, Tensor counts, str recipe, Tensor(a!) values, Tensor(b!) scales) -> ()");
-  ops.impl("swiglu_quant", c10::kCUDA, &swiglu_quant_cuda);
+  def_native(ops, "swiglu_quant",
+             "(Tensor input, Tensor counts, str recipe, Tensor(a!) values, Tensor(b!) scales) -> ()",
+             &swiglu_quant_cuda);
 
   // MoE routing: tokens (and their UE8M0 scales) into a padded [experts * max_token_num] layout.
-  ops.def(
-      "permute_to_masked(Tensor x, Tensor scale, Tensor topk_ids, int num_experts, int max_token_num, "
-      "Tensor(a!) permute_x, Tensor(b!) out_scale, Tensor(c!) index_map, Tensor(d!) counts) -> ()");
-  ops.impl("permute_to_masked", c10::kCUDA, &permute_to_masked_cuda);
+  def_native(ops, "permute_to_masked",
+             "(Tensor x, Tensor scale, Tensor topk_ids, int num_experts, int max_token_num, Tensor(a!) permute_x, "
+             "Tensor(b!) out_scale, Tensor(c!) index_map, Tensor(d!) counts) -> ()",
+             &permute_to_masked_cuda);
 
   // Row-major packed NVFP4 weight -> the streaming layout of the decode GEMV.
-  ops.def("repack(Tensor b, Tensor(a!) out) -> ()");
-  ops.impl("repack", c10::kCUDA, &repack_cuda);
+  def_native(ops, "repack", "(Tensor b, Tensor(a!) out) -> ()", &repack_cuda);
 
   // Groups on whole scale tiles: contiguous (group_index = expert id per row) or, without
   // group_index, strided (group g = rows [g * group_rows, (g + 1) * group_rows)). Each group's first
   // row, rows and first tile into layout [3, groups], and its rows' swizzled scales re-laid from that
   // tile on into out_scales (csrc/gemm/group_scales.h); what grouped GEMM kernels run first.
-  ops.def(
-      "tile_group_scales(Tensor? group_index, int group_rows, Tensor scales, int groups, int nkb, "
-      "Tensor(a!) layout, Tensor(b!) out_scales) -> ()");
-  ops.impl("tile_group_scales", c10::kCUDA, &tile_group_scales_cuda);
+  def_native(ops, "tile_group_scales",
+             "(Tensor? group_index, int group_rows, Tensor scales, int groups, int nkb, Tensor(a!) layout, "
+             "Tensor(b!) out_scales) -> ()",
+             &tile_group_scales_cuda);
 
   // Compute capabilities (90, 100, 110, 120) whose GEMM backend is compiled into this build.
   ops.def("gemm_backend_archs() -> int[]", &gemm_backend_archs);
 
-  // The ops above with a CUDA kernel in this library; the others run the reference on the GPU.
+  // The ops above with a CUDA kernel in this library (each with its `_reference`); the others run the
+  // reference on the GPU.
   ops.def("native_cuda_ops() -> str[]", []() -> std::vector<std::string> {
     return {"quantize", "dequantize", "swiglu_quant", "permute_to_masked", "gemm", "repack", "tile_group_scales"};
   });

@@ -1,4 +1,4 @@
-// Host-side decisions of the Blackwell backends (sm100 family: sm_100a and sm_110a; sm120: sm_120a),
+// Host-side decisions of the Blackwell backends (sm100 family: sm_100f and sm_110a; sm120: sm_120f),
 // kept free of CUTLASS so they read as plain rules: which problems the CUTLASS block-scaled kernels
 // serve, which tile configuration runs, and the batch geometry handed to CUTLASS's L mode (masked and
 // contiguous groups: blackwell_grouped.cuh).
@@ -23,7 +23,7 @@ namespace fp4_gemm {
 //   Default:  sm100 1-SM 128 x 128 MMA tile; sm120 cooperative 128 x 128.
 //   Widen:    twice the rows per B tile: sm100 2-SM 256 x 128 MMA tile over a 2 x 1 cluster; sm120
 //             cooperative 256 x 128 (FP4 operands only: an MXFP8 stage of that tile leaves room for
-//             a single pipeline stage in sm_120a's shared memory).
+//             a single pipeline stage in sm_120f's shared memory).
 //   Pingpong: sm120 only: two consumer warpgroups alternating 128 x 128 tiles, one's epilogue
 //             overlapping the other's MMA.
 //   StreamK:  not a variant (a caller names 0..2 only): the default tile under CUTLASS's stream-K

@@ -24,7 +24,7 @@ struct ActivationArguments {
 
 // act(y) elementwise (epilogue.cuh's activate, shared with every backend), chosen at run time.
 //
-// `Arch` only makes the type, and so every kernel built on it, distinct per arch section: sm_100a
+// `Arch` only makes the type, and so every kernel built on it, distinct per arch section: sm_100f
 // and sm_110a compile the same recipe in two translation units, and identical kernel types would
 // share one host stub, so one section's launches could resolve to the other section's cubin.
 template <GemmArch Arch>

@@ -115,7 +115,7 @@ struct GroupSource {
 };
 
 // One thread per group: the group's shape (its row count) and its slices of every buffer.
-// `Arch` keeps the sm_100a and sm_110a instantiations apart (blackwell_epilogue.cuh says why).
+// `Arch` keeps the sm_100f and sm_110a instantiations apart (blackwell_epilogue.cuh says why).
 template <GemmArch Arch, class Types>
 __global__ void group_arguments(GroupSource<Types> s) {
   griddep_wait();  // masked_m or the tiles may come from the previous kernel

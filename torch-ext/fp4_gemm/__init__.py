@@ -9,7 +9,7 @@ Two API families over one implementation: the halops-style functions (_halops.py
 flashrt-style NVFP4 functions (_nvfp4.py). Every function takes CPU tensors (the exact reference)
 or CUDA tensors (native kernels where capabilities() says so, else the reference on the GPU).
 The numeric contract is docs/FORMATS.md; reference.py implements it. `layers` holds the kernels-hub
-layers for `kernels.kernelize` (a submodule, like reference, not one of the functions of __all__).
+layers for `kernels.kernelize`; it is in __all__ so that kernel-builder's Hub card lists them.
 """
 
 from . import _registry, layers, reference  # noqa: F401  (_registry registers the ops' implementations)
@@ -74,6 +74,7 @@ from ._nvfp4 import (
 from ._ops import ops  # noqa: F401
 
 __all__ = [
+    "layers",
     # halops-style family
     "group_wise_quant",
     "dense_gemm",

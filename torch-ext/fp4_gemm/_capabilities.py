@@ -28,9 +28,16 @@ from ._ops import ops
 from ._registry import NATIVE_CUDA_OPS
 
 # Every CUDA capability the package builds for: build.toml's kernel sections (tests hold the two
-# equal); the sm_XX names of the status table derive from it.
-SUPPORTED_CUDA_CAPABILITIES = ("9.0a", "10.0a", "11.0a", "12.0a")
-ARCHS = {"sm_" + cap.rstrip("a").replace(".", ""): cap for cap in SUPPORTED_CUDA_CAPABILITIES}
+# equal). An `a` target runs on its own GPU arch, a family (`f`) target on every member of its family:
+# 10.0f on B200 (sm_100) and B300 (sm_103), 12.0f on the RTX 50 series and RTX PRO (sm_120) and
+# DGX Spark's GB10 (sm_121). The sm_XX names of the status table derive from them.
+SUPPORTED_CUDA_CAPABILITIES = ("9.0a", "10.0f", "11.0a", "12.0f")
+FAMILY_MEMBERS = {"10.0f": ("sm_100", "sm_103"), "12.0f": ("sm_120", "sm_121")}
+ARCHS = {
+    arch: cap
+    for cap in SUPPORTED_CUDA_CAPABILITIES
+    for arch in FAMILY_MEMBERS.get(cap, ("sm_" + cap[:-1].replace(".", ""),))
+}
 # The flashrt package's constants (its __all__), with this package's values.
 NVFP4_BLOCK_SIZE = reference.NVFP4.group
 NVFP4_SCALE_TILE_ROWS = reference.SF_TILE_ROWS

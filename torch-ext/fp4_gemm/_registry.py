@@ -23,20 +23,21 @@ def gemm_into(*op_arguments: object) -> None:
     reference.gemm_into(*GemmCall.from_op_arguments(*op_arguments))
 
 
+NATIVE_CUDA_OPS = frozenset(ops.native_cuda_ops())
+
 # registered op -> its reference implementation
 REFERENCE_IMPLS: dict[str, Callable[..., None]] = {
     "quantize": reference.quantize_into,
     "dequantize": reference.dequantize_into,
     "gemm": gemm_into,
-    "gemm_reference": gemm_into,  # what the native `gemm` runs when no kernel serves a problem
     "swiglu_quant": reference.swiglu_quant_into,
     "permute_to_masked": reference.permute_into,
     "repack": reference.repack_into,
     "tile_group_scales": reference.tile_group_scales_into,
 }
-
-
-NATIVE_CUDA_OPS = frozenset(ops.native_cuda_ops())
+# `<op>_reference`, the same schema: what a native op runs on a GPU this build has no code for (and
+# `gemm` on a problem no kernel serves).
+REFERENCE_IMPLS |= {f"{op}_reference": REFERENCE_IMPLS[op] for op in NATIVE_CUDA_OPS}
 
 
 def _no_outputs(*args: object) -> None:

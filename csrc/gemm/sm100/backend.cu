@@ -1,4 +1,4 @@
-// Registers the sm_100a GEMM backend: the CUTLASS block-scaled kernels of sm100/recipe.cuh for every
+// Registers the sm_100f GEMM backend: the CUTLASS block-scaled kernels of sm100/recipe.cuh for every
 // problem blackwell_supports() accepts.
 #include "csrc/gemm/blackwell_backend.h"
 

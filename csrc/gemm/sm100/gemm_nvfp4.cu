@@ -1,4 +1,4 @@
-// sm_100a NVFP4 x NVFP4 kernels (bf16/fp16 output, default and widen tiles; the float32 stage; the stream-K
+// sm_100f NVFP4 x NVFP4 kernels (bf16/fp16 output, default and widen tiles; the float32 stage; the stream-K
 // kernel, bf16).
 #include "csrc/gemm/sm100/recipe.cuh"
 

@@ -1,4 +1,4 @@
-// The sm100-family GEMM (sm_100a B200/GB200, and sm_110a Jetson Thor under the same Sm100 arch tag,
+// The sm100-family GEMM (sm_100f: B200/GB200 and B300/GB300; sm_110a: Jetson Thor, same Sm100 arch tag,
 // CUDA >= 13): CUTLASS's block-scaled tcgen05 kernel, written once from the collective builders.
 //
 //   D[l] = act(alpha * A[l] @ B[l]^T + bias + C[l])    A [M, K], B [N, K] (K-major), D/C [M, N] row-major
@@ -15,8 +15,8 @@
 #pragma once
 
 // CUTLASS's sm100 kernels wait on the previous grid (griddepcontrol.wait) only with this defined,
-// which makes programmatic dependent launch safe for them. Its guard covers sm_100a and sm_120a,
-// not sm_110a, so sm_110a kernels launch without PDL.
+// which makes programmatic dependent launch safe for them. Its guard covers the sm_100 and sm_120
+// families, not sm_110a, so sm_110a kernels launch without PDL.
 #define CUTLASS_ENABLE_GDC_FOR_SM100 1
 
 #include <type_traits>

@@ -1,4 +1,4 @@
-// Registers the sm_120a GEMM backend: the CUTLASS block-scaled kernels of sm120/recipe.cuh for every
+// Registers the sm_120f GEMM backend: the CUTLASS block-scaled kernels of sm120/recipe.cuh for every
 // problem blackwell_supports() accepts.
 #include "csrc/gemm/blackwell_backend.h"
 

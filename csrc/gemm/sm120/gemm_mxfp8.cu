@@ -1,4 +1,4 @@
-// sm_120a MXFP8 x MXFP8 kernels: bf16/fp16 output, default and pingpong tiles (no widen tile:
+// sm_120f MXFP8 x MXFP8 kernels: bf16/fp16 output, default and pingpong tiles (no widen tile:
 // blackwell_tile_built).
 #include "csrc/gemm/sm120/recipe.cuh"
 

@@ -1,4 +1,4 @@
-// sm_120a NVFP4 x NVFP4 kernels: bf16/fp16 output, default, widen and pingpong tiles; the float32 stage;
+// sm_120f NVFP4 x NVFP4 kernels: bf16/fp16 output, default, widen and pingpong tiles; the float32 stage;
 // the stream-K kernel (bf16).
 #include "csrc/gemm/sm120/recipe.cuh"
 

@@ -1,4 +1,4 @@
-// The sm120 GEMM (sm_120a: RTX 5090, RTX PRO 6000): CUTLASS's block-scaled warp-level MMA kernel
+// The sm120 GEMM (sm_120f: RTX 5090, RTX PRO 6000, DGX Spark): CUTLASS's block-scaled warp-level MMA kernel
 // (arch::Sm120, cluster 1 x 1 x 1), written once from the collective builders.
 //
 //   D[l] = act(alpha * A[l] @ B[l]^T + bias + C[l])    A [M, K], B [N, K] (K-major), D/C [M, N] row-major
@@ -16,7 +16,7 @@
 #pragma once
 
 // CUTLASS's kernels wait on the previous grid (griddepcontrol.wait) only with this defined (its
-// guard covers sm_120a), which makes programmatic dependent launch safe for them.
+// guard covers the sm_120 family), which makes programmatic dependent launch safe for them.
 #define CUTLASS_ENABLE_GDC_FOR_SM100 1
 
 #include <type_traits>
