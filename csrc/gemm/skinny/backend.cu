@@ -15,7 +15,7 @@
 #include "csrc/common/launch.cuh"
 #include "csrc/gemm/backends.h"
 #include "csrc/gemm/grouping.cuh"
-#include "csrc/gemm/sm90/tensor_map.h"
+#include "csrc/common/tensor_map.h"
 #include "csrc/gemm/skinny/kernel.cuh"
 #include "csrc/gemm/skinny/register_stream.cuh"
 
@@ -609,7 +609,7 @@ void run(const GemmProblem& p, cudaStream_t stream) {
   const Plan plan = make_plan(p);
   SkinnyArgs args{};
   if (!p.b_interleaved) {
-    args.b_map = sm90::byte_matrix_map(p.b.values, p.groups * p.n, row_bytes(p.b.format, p.k), plan.row_stride,
+    args.b_map = byte_matrix_map(p.b.values, p.groups * p.n, row_bytes(p.b.format, p.k), plan.row_stride,
                                        kBlockRows);
   }
   set_operands(p, args);

@@ -30,6 +30,16 @@
 // partials in rank order, applies the epilogue (epilogue.cuh) and stores. No global scratch, no
 // counters, no memset: results are bitwise equal run to run, under CUDA-graph replay and on
 // concurrent streams.
+//
+// The hand-over is ordered by two cluster-scope mbarriers per CTA. `ready`: after the named
+// barrier that ends the partial sums, one thread fences (fence.acq_rel.cluster) and arrives with
+// release semantics on every rank's `ready`; each rank's threads wait on their own with acquire
+// semantics before reading any rank's partials. `consumed`: after the named barrier that ends those
+// reads, one thread arrives on every rank's `consumed`; a rank waits on its own before it writes
+// the buffers its partials alias (the next unit's activations), and before it exits. compute-
+// sanitizer's racecheck does not model mbarrier synchronization between the CTAs of a cluster and
+// reports the remote reads as hazards; tests/test_gemm_skinny.py holds the results bitwise equal
+// while other work shifts when the ranks arrive.
 #pragma once
 
 #include <cuda.h>
@@ -297,7 +307,7 @@ struct SkinnyKernel {
       const int64_t k_end = slab_end * kSlabBytes < args.b_row_bytes ? slab_end * kSlabBytes : args.b_row_bytes;
       for (int64_t slab = slab_begin; slab < slab_end; slab += args.lanes, ++it) {
         const int slot = int(it % uint32_t(args.stages));
-        sm90::mbar_wait(&empty[slot], ((it / uint32_t(args.stages)) & 1) ^ 1);
+        ptx::mbar_wait(&empty[slot], ((it / uint32_t(args.stages)) & 1) ^ 1);
         const int64_t k0 = slab * kSlabBytes;
         const int64_t stage_end = k0 + args.lanes * kSlabBytes < k_end ? k0 + args.lanes * kSlabBytes : k_end;
         const uint32_t bytes = uint32_t(stage_end - k0);
@@ -307,21 +317,21 @@ struct SkinnyKernel {
         uint8_t* stage = smem + slot * args.stage_bytes;
         if constexpr (kInterleaved) {
           // One bulk copy per 8-row tile: its K range is contiguous in the streaming layout.
-          if (lane == 0) sm90::mbar_arrive_expect_tx(&full[slot], uint32_t(rows) * bytes + tile_bytes);
+          if (lane == 0) ptx::mbar_arrive_expect_tx(&full[slot], uint32_t(rows) * bytes + tile_bytes);
           __syncwarp();
           const int64_t tile_stride = 8 * args.b_row_bytes;  // one 8-row tile's whole K range
           for (int e = lane; e < rows / 8; e += 32) {
-            sm90::bulk_load(stage + e * (8 * args.lanes * kSlabBytes), args.b + (row0 / 8 + e) * tile_stride + 8 * k0,
+            ptx::bulk_load(stage + e * (8 * args.lanes * kSlabBytes), args.b + (row0 / 8 + e) * tile_stride + 8 * k0,
                             8 * bytes, &full[slot]);
           }
         } else if (lane == 0) {
           // One box of 128 rows x the stage's K range; rows past the matrix and bytes past K arrive
           // as zeros (and count toward the transaction all the same).
-          sm90::mbar_arrive_expect_tx(&full[slot], uint32_t(args.rows_bytes) + tile_bytes);
-          sm90::tma_load_2d(stage, &args.b_map, &full[slot], int32_t(k0), int32_t(row0));
+          ptx::mbar_arrive_expect_tx(&full[slot], uint32_t(args.rows_bytes) + tile_bytes);
+          ptx::tma_load_2d(stage, &args.b_map, &full[slot], int32_t(k0), int32_t(row0));
         }
         if (lane == 0) {
-          sm90::bulk_load(stage + args.rows_bytes, row_tile_scales + first_tile * kSfTileBytes, tile_bytes, &full[slot]);
+          ptx::bulk_load(stage + args.rows_bytes, row_tile_scales + first_tile * kSfTileBytes, tile_bytes, &full[slot]);
         }
       }
     }
@@ -366,9 +376,9 @@ struct SkinnyKernel {
       float* own = partial + token * kPartialStride + local;
       float2 sum = *reinterpret_cast<const float2*>(own);
       if (args.splits > 1) {
-        sum = load_cluster_float2(cluster_address(own, 0));
+        sum = ptx::load_cluster_float2(ptx::cluster_address(own, 0));
         for (int r = 1; r < args.splits; ++r) {
-          const float2 v = load_cluster_float2(cluster_address(own, uint32_t(r)));
+          const float2 v = ptx::load_cluster_float2(ptx::cluster_address(own, uint32_t(r)));
           sum.x += v.x;
           sum.y += v.y;
         }
@@ -393,7 +403,7 @@ struct SkinnyKernel {
     Unit unit;
     while (walk.advance(args.groups, block_spans(args, smem), unit)) {
       // The partial sums alias the activation buffers: every rank must have read this CTA's last ones.
-      if (args.splits > 1 && units_done > 0) mbarrier_wait_cluster(consumed, (units_done - 1) & 1);
+      if (args.splits > 1 && units_done > 0) ptx::mbarrier_wait_cluster(consumed, (units_done - 1) & 1);
       Acc acc = {};
       ActivationRaw raw;
       if (prepares) load_activation(args, unit, slab_begin + slab_lane, row_group, lane, raw);
@@ -405,9 +415,9 @@ struct SkinnyKernel {
           if (slab + lanes + slab_lane < slab_end) load_activation(args, unit, slab + lanes + slab_lane, row_group, lane, raw);
         }
         // This buffer is complete, and nobody still reads the one the next stage overwrites.
-        sm90::named_barrier_sync(kConsumerBarrier, threads);
+        ptx::named_barrier_sync(kConsumerBarrier, threads);
         const int slot = int(it % uint32_t(args.stages));
-        sm90::mbar_wait(&full[slot], (it / uint32_t(args.stages)) & 1);
+        ptx::mbar_wait(&full[slot], (it / uint32_t(args.stages)) & 1);
         if (slab_lane < stage_slabs) {
           const int64_t chunks_left = (args.b_row_bytes - slab * kSlabBytes) / kChunkBytes;
           const int valid_chunks = int(chunks_left < lanes * kSlabChunks ? chunks_left : lanes * kSlabChunks);
@@ -420,30 +430,30 @@ struct SkinnyKernel {
           }
         }
         __syncwarp();
-        if (lane == 0) sm90::mbar_arrive(&empty[slot]);
+        if (lane == 0) ptx::mbar_arrive(&empty[slot]);
       }
 
-      sm90::named_barrier_sync(kConsumerBarrier, threads);  // every warp is done with the activation buffers
+      ptx::named_barrier_sync(kConsumerBarrier, threads);  // every warp is done with the activation buffers
       for (int l = 0; l < lanes; ++l) {
         if (slab_lane == l) accumulate(partial, acc, row_group, lane, l == 0);
-        sm90::named_barrier_sync(kConsumerBarrier, threads);
+        ptx::named_barrier_sync(kConsumerBarrier, threads);
       }
       if (args.splits > 1) {
         if (warp == 0 && lane == 0) {
-          fence_cluster();
-          for (int r = 0; r < args.splits; ++r) mbarrier_arrive_cluster(cluster_address(ready, uint32_t(r)));
+          ptx::fence_cluster();
+          for (int r = 0; r < args.splits; ++r) ptx::mbarrier_arrive_cluster(ptx::cluster_address(ready, uint32_t(r)));
         }
-        mbarrier_wait_cluster(ready, units_done & 1);
+        ptx::mbarrier_wait_cluster(ready, units_done & 1);
       }
       store_slice(args, unit, partial, rank, warp * 32 + lane, threads);
-      sm90::named_barrier_sync(kConsumerBarrier, threads);  // done reading every rank's partial sums
+      ptx::named_barrier_sync(kConsumerBarrier, threads);  // done reading every rank's partial sums
       if (args.splits > 1 && warp == 0 && lane == 0) {
-        for (int r = 0; r < args.splits; ++r) mbarrier_arrive_cluster(cluster_address(consumed, uint32_t(r)));
+        for (int r = 0; r < args.splits; ++r) ptx::mbarrier_arrive_cluster(ptx::cluster_address(consumed, uint32_t(r)));
       }
       ++units_done;
     }
     // No CTA leaves while another rank may still read its shared memory.
-    if (args.splits > 1 && units_done > 0) mbarrier_wait_cluster(consumed, (units_done - 1) & 1);
+    if (args.splits > 1 && units_done > 0) ptx::mbarrier_wait_cluster(consumed, (units_done - 1) & 1);
   }
 
   __device__ static void run(const SkinnyArgs& args) {
@@ -457,16 +467,16 @@ struct SkinnyKernel {
     const int consumers = kRowGroups * args.lanes;
     if (threadIdx.x == 0) {
       for (int s = 0; s < args.stages; ++s) {
-        sm90::mbar_init(&full[s], 1);
-        sm90::mbar_init(&empty[s], uint32_t(consumers));
+        ptx::mbar_init(&full[s], 1);
+        ptx::mbar_init(&empty[s], uint32_t(consumers));
       }
-      sm90::mbar_init(&ready, uint32_t(args.splits));
-      sm90::mbar_init(&consumed, uint32_t(args.splits));
-      sm90::mbar_init_fence();
-      if constexpr (!kInterleaved) sm90::prefetch_tensor_map(&args.b_map);
+      ptx::mbar_init(&ready, uint32_t(args.splits));
+      ptx::mbar_init(&consumed, uint32_t(args.splits));
+      ptx::mbar_init_fence();
+      if constexpr (!kInterleaved) ptx::prefetch_tensor_map(&args.b_map);
     }
     if (args.splits > 1) {
-      cluster_sync();  // every CTA's barriers exist before anyone arrives on them
+      ptx::cluster_sync();  // every CTA's barriers exist before anyone arrives on them
     } else {
       __syncthreads();
     }

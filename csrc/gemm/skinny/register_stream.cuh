@@ -427,18 +427,18 @@ struct RegisterStreamKernel {
       const int tile = item / (kStreamTileRows * args.m);
       sums[item] = slice_sum(args, partial, tile, token, row);
     }
-    cluster_sync();  // every rank's sums are complete and visible
+    ptx::cluster_sync();  // every rank's sums are complete and visible
     store_share(args, first_tile, tiles, rank, args.splits, [&](int tile, int token, int r) {
       const float* own = sums + (tile * args.m + token) * kStreamTileRows + r;
-      float2 sum = load_cluster_float2(cluster_address(own, 0));
+      float2 sum = ptx::load_cluster_float2(ptx::cluster_address(own, 0));
       for (int q = 1; q < args.splits; ++q) {
-        const float2 v = load_cluster_float2(cluster_address(own, uint32_t(q)));
+        const float2 v = ptx::load_cluster_float2(ptx::cluster_address(own, uint32_t(q)));
         sum.x += v.x;
         sum.y += v.y;
       }
       return sum;
     });
-    cluster_sync();  // no CTA leaves while another may still read its sums
+    ptx::cluster_sync();  // no CTA leaves while another may still read its sums
   }
 
   __device__ static void run(const StreamArgs& args) {

@@ -9,8 +9,8 @@
 #include "csrc/gemm/backends.h"
 #include "csrc/gemm/dequantize_operand.h"
 #include "csrc/gemm/grouping.cuh"
-#include "csrc/gemm/sm90/engine.cuh"
-#include "csrc/gemm/sm90/tensor_map.h"
+#include "csrc/gemm/sm90/kernel.cuh"
+#include "csrc/common/tensor_map.h"
 
 namespace fp4_gemm::sm90 {
 namespace {

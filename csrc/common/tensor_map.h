@@ -12,7 +12,7 @@
 
 #include "csrc/common/check.h"
 
-namespace fp4_gemm::sm90 {
+namespace fp4_gemm {
 
 inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   static const auto encode = [] {
@@ -48,4 +48,4 @@ inline CUtensorMap byte_matrix_map(const void* base, int64_t rows, int64_t row_b
   return map;
 }
 
-}  // namespace fp4_gemm::sm90
+}  // namespace fp4_gemm

@@ -1,13 +1,14 @@
-// The Hopper instructions the engine uses, one thin wrapper each: mbarriers, TMA and bulk copies,
-// proxy fences, named barriers, register reallocation and the wgmma group protocol.
+// The PTX instructions of sm_90 and every later arch that the kernels share, one thin wrapper each:
+// mbarriers (within a CTA and across the CTAs of a cluster), TMA and bulk copies, shared-memory loads
+// and stores on 32-bit addresses, proxy fences, flags between CTAs, named and cluster barriers, and
+// distributed shared memory. Arch-specific instructions live with their kernels (sm90/wgmma.cuh).
 #pragma once
 
 #include <cuda.h>
 
 #include <cstdint>
-#include <type_traits>
 
-namespace fp4_gemm::sm90 {
+namespace fp4_gemm::ptx {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* ptr) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
@@ -126,45 +127,45 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
-template <int kRegisters>
-__device__ __forceinline__ void raise_registers() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegisters));
+// ---- the cluster -----------------------------------------------------------------------------------
+
+// Every thread of every CTA of the cluster: arrive, then wait for all of them (release / acquire).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
-template <int kRegisters>
-__device__ __forceinline__ void lower_registers() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegisters));
+// The address of the same shared variable in the CTA of cluster rank `rank`.
+__device__ __forceinline__ uint32_t cluster_address(const void* ptr, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(ptr)), "r"(rank));
+  return remote;
 }
 
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+// As mbar_wait, acquiring at cluster scope what the arriving CTAs released.
+__device__ __forceinline__ void mbarrier_wait_cluster(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n"
+      "}" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
 }
 
-// Keeps the compiler from moving or reusing registers that an in-flight wgmma reads or writes.
-template <class T, int N>
-__device__ __forceinline__ void pin_registers(T (&regs)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    if constexpr (sizeof(T) == 4 && std::is_floating_point_v<T>) {
-      asm volatile("" : "+f"(regs[i])::"memory");
-    } else {
-      asm volatile("" : "+r"(regs[i])::"memory");
-    }
-  }
+// An arrival on the mbarrier at `remote` (a cluster_address), releasing this thread's (and what it
+// observed of its CTA's) earlier writes at cluster scope.
+__device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t remote) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
 }
 
-// Shared-memory matrix descriptor of a K-major bf16 tile in the 128-byte swizzle: rows of 128 bytes
-// (64 elements), 8-row atoms of 1024 bytes stacked along N. The tile must start 1024-byte aligned.
-__device__ __forceinline__ uint64_t sw128_descriptor(const void* tile) {
-  const uint64_t start = (smem_addr(tile) & 0x3FFFF) >> 4;
-  constexpr uint64_t kLeadingOffset = 1;          // unused by swizzled K-major layouts
-  constexpr uint64_t kStrideOffset = 1024 >> 4;   // between 8-row atoms
-  constexpr uint64_t kSwizzle128B = 1;
-  return start | (kLeadingOffset << 16) | (kStrideOffset << 32) | (kSwizzle128B << 62);
+__device__ __forceinline__ float2 load_cluster_float2(uint32_t remote) {
+  float2 v;
+  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
+  return v;
 }
 
-}  // namespace fp4_gemm::sm90
+__device__ __forceinline__ void fence_cluster() { asm volatile("fence.acq_rel.cluster;" ::: "memory"); }
+
+}  // namespace fp4_gemm::ptx
