@@ -3,8 +3,8 @@
 dequantized operands, so its reference time is the cuBLAS time on the same data.
 
 kernel-builder uploads only benchmarks/benchmark*.py, so this file imports nothing but torch and kernels;
-the side-by-side comparison against every peer, with ratios (benchmarks/bench_gemm.py, gemm_peers.py),
-takes its operand table and its calls of our functions from here.
+the side-by-side comparison against every peer, with ratios (`python benchmarks/peers.py gemm`, in
+gemm_peers.py), takes its operand table and its calls of our functions from here.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from kernels.benchmark import Benchmark
 
 Tensor = torch.Tensor
 
-# ---- operand formats and our functions (shared with bench_gemm.py and gemm_peers.py) ------------
+# ---- operand formats and our functions (shared with gemm_peers.py and suites.py) ---------------
 
 
 @dataclass(frozen=True)

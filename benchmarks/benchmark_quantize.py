@@ -1,6 +1,6 @@
 """`kernels benchmark ./` workloads for the quantizers and the MoE data movement (H200-sized).
 
-The side-by-side comparison against PyTorch, with bandwidth fractions, is benchmarks/bench_quant.py.
+The side-by-side comparison against PyTorch, with bandwidth fractions, is `python benchmarks/peers.py quant`.
 """
 
 from __future__ import annotations
@@ -12,20 +12,20 @@ from kernels.benchmark import Benchmark
 class QuantizeBenchmark(Benchmark):
     seed = 0
 
-    def setup_nvfp4_m16384_k8192(self):
+    def setup_nvfp4_m16384_k8192(self) -> None:
         self.x = torch.randn(16384, 8192, device=self.device, dtype=torch.bfloat16)
 
-    def benchmark_nvfp4_m16384_k8192(self):
+    def benchmark_nvfp4_m16384_k8192(self) -> None:
         self.out = self.kernel.group_wise_quant(self.x, "w4a4-nvfp4")[0]
 
     def verify_nvfp4_m16384_k8192(self) -> torch.Tensor:
         ref = self.kernel.reference
         return ref.quantize(self.x, ref.NVFP4, swizzle=True)[0]
 
-    def setup_mxfp8_m16384_k8192(self):
+    def setup_mxfp8_m16384_k8192(self) -> None:
         self.x = torch.randn(16384, 8192, device=self.device, dtype=torch.bfloat16)
 
-    def benchmark_mxfp8_m16384_k8192(self):
+    def benchmark_mxfp8_m16384_k8192(self) -> None:
         self.out = self.kernel.group_wise_quant(self.x, "w8a8-mxfp8")[0].view(torch.uint8)
 
     def verify_mxfp8_m16384_k8192(self) -> torch.Tensor:
@@ -36,11 +36,11 @@ class QuantizeBenchmark(Benchmark):
 class DequantizeBenchmark(Benchmark):
     seed = 0
 
-    def setup_nvfp4_m16384_k8192(self):
+    def setup_nvfp4_m16384_k8192(self) -> None:
         x = torch.randn(16384, 8192, device=self.device, dtype=torch.float16)
         self.packed, self.sfa = self.kernel.quantize_fp4_sfa_fp16(x)
 
-    def benchmark_nvfp4_m16384_k8192(self):
+    def benchmark_nvfp4_m16384_k8192(self) -> None:
         self.out = self.kernel.dequantize_fp4_sfa_fp16(self.packed, self.sfa)
 
     def verify_nvfp4_m16384_k8192(self) -> torch.Tensor:
@@ -51,11 +51,11 @@ class DequantizeBenchmark(Benchmark):
 class SwigluQuantBenchmark(Benchmark):
     seed = 0
 
-    def setup_prefill_e8_m2048_h4096(self):
+    def setup_prefill_e8_m2048_h4096(self) -> None:
         self.x = torch.randn(8 * 2048, 2 * 4096, device=self.device, dtype=torch.bfloat16)
         self.counts = torch.full((8,), 2048, device=self.device, dtype=torch.int32)
 
-    def benchmark_prefill_e8_m2048_h4096(self):
+    def benchmark_prefill_e8_m2048_h4096(self) -> None:
         self.out = self.kernel.fused_swiglu_quant(self.x, self.counts, True)[0]
 
     def verify_prefill_e8_m2048_h4096(self) -> torch.Tensor:

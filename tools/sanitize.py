@@ -14,6 +14,7 @@ not here.
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 from types import ModuleType
@@ -71,11 +72,11 @@ def run_quantizers(fp4: ModuleType) -> None:
     print("quantizers, dequantizer, swiglu_quant, permute, repack: launched")
 
 
-def run_gemms(fp4: ModuleType, cc: int) -> None:
+def run_gemms(fp4: ModuleType, cc: int, ms: list[int]) -> None:
     gemm_call = fp4._gemm.GemmCall
     for a_format, b_format in [("nvfp4", "nvfp4"), ("mxfp4", "mxfp4"), ("mxfp8", "mxfp8"), ("nvfp4", "e0m3")]:
         b, sfb = operands(fp4, b_format, N, seed=1)
-        for m in (1, 5, 16, 32, 64, 256, 1024):
+        for m in ms:
             a, sfa = operands(fp4, a_format, m, seed=m)
             for out_format in ("bf16", "nvfp4"):
                 out = torch.empty(m, N if out_format == "bf16" else N // 2, device="cuda",
@@ -109,10 +110,21 @@ def run_grouped(fp4: ModuleType) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ms", type=int, nargs="+", default=[1, 5, 16, 32, 64, 256, 1024], help="GEMM rows")
+    parser.add_argument(
+        "--no-cluster-split",
+        action="store_true",
+        help="leave out the skinny kernels' cluster K splits: racecheck reports their hand-over over distributed "
+        "shared memory, which cluster-scope mbarriers order (csrc/gemm/skinny/kernel.cuh), as hazards",
+    )
+    args = parser.parse_args()
+    if args.no_cluster_split:
+        KNOBS[:] = [knobs for knobs in KNOBS if knobs.get("splits", 1) == 1]
     fp4 = load()
     major, minor = torch.cuda.get_device_capability()
     run_quantizers(fp4)
-    run_gemms(fp4, 10 * major + minor)
+    run_gemms(fp4, 10 * major + minor, args.ms)
     run_grouped(fp4)
     torch.cuda.synchronize()
     print("done")
