@@ -464,8 +464,9 @@ struct GemmOn<void(Args...)> {
   }
 };
 
-// Every backend of this build that would run a `gemm` call on compute capability cc, dispatch's
-// choice first (`describe_gemm` with cc in front); empty: the reference runs it. Host-side only.
+// For a `gemm` call on compute capability cc (`describe_gemm` with cc in front): dispatch's choice
+// ("" where the reference runs it), then every other backend of this build that can serve the call
+// (gemm_on's names). Host-side only.
 template <class Signature>
 struct GemmBackendsFor;
 
@@ -475,13 +476,42 @@ struct GemmBackendsFor<void(Args...)> {
     using namespace fp4_gemm;
     GemmProblem problem = describe_gemm(args...);
     problem.cc = static_cast<int>(cc);
-    std::vector<std::string> names;
+    const GemmBackend* chosen = find_gemm_backend(problem, problem.cc);
+    std::vector<std::string> names{chosen == nullptr ? "" : chosen->name};
     for (const auto& backend : gemm_backends()) {
-      if (arch_runs_on(backend.arch, problem.cc) && backend.supports(problem)) names.emplace_back(backend.name);
+      if (&backend != chosen && arch_runs_on(backend.arch, problem.cc) && backend.supports(problem)) {
+        names.emplace_back(backend.name);
+      }
     }
     return names;
   }
 };
+
+// The dispatch policy (csrc/gemm/dispatch.cpp), one entry per row and column, for tests and docs.
+std::tuple<std::vector<std::string>, std::vector<std::string>, std::vector<std::string>, std::vector<int64_t>,
+           std::vector<int64_t>, std::vector<std::string>, std::vector<std::string>, std::vector<std::string>,
+           std::vector<std::string>>
+gemm_dispatch_table() {
+  using namespace fp4_gemm;
+  static constexpr const char* kArchs[] = {"any", "sm_90"};
+  static constexpr const char* kGroupings[] = {"any", "dense", "grouped"};
+  static constexpr const char* kOperands[] = {"any", "same block-scaled", "other block-scaled B", "bf16 A", "e0m3",
+                                              "nvfp4 output or geglu"};
+  std::vector<std::string> backends, archs, groupings, operands, conditions, reasons, evidence;
+  std::vector<int64_t> min_rows, max_rows;
+  for (const DispatchRow& row : dispatch_table()) {
+    backends.emplace_back(row.backend);
+    archs.emplace_back(kArchs[static_cast<int>(row.arch)]);
+    groupings.emplace_back(kGroupings[static_cast<int>(row.grouping)]);
+    min_rows.push_back(row.min_rows);
+    max_rows.push_back(row.max_rows);
+    operands.emplace_back(kOperands[static_cast<int>(row.operands)]);
+    conditions.emplace_back(row.condition_name);
+    reasons.emplace_back(row.reason);
+    evidence.emplace_back(row.evidence);
+  }
+  return {backends, archs, groupings, min_rows, max_rows, operands, conditions, reasons, evidence};
+}
 
 // The arguments of `gemm`, `gemm_reference`, `gemm_on` and `gemm_backends`: the tensors, then
 // `kind`, alpha_scale and `knobs` (kKindFields, kKnobFields).
@@ -583,8 +613,8 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def(gemm_schema("gemm_on(str backend, ").c_str());
   ops.impl("gemm_on", c10::kCUDA, &GemmOn<decltype(gemm_cuda)>::call);
 
-  // Every backend of this build that would run that `gemm` call on compute capability cc, dispatch's
-  // choice first (empty: the reference). Host-side: it reads shapes, formats and the alignment of the
+  // For that `gemm` call on compute capability cc: dispatch's choice ("": the reference), then every
+  // other backend that can serve it. Host-side: it reads shapes, formats and the alignment of the
   // buffers; meta tensors stand for aligned buffers, so a call can be described without memory.
   ops.def(gemm_schema("gemm_backends(int cc, ", "str[]").c_str(), &GemmBackendsFor<decltype(gemm_cuda)>::call);
 
@@ -593,8 +623,15 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def("gemm_packing() -> (str[] fields, int[] shifts, int[] bits, int[] offsets)", &gemm_packing);
   ops.def("gemm_names(str field) -> str[]", &gemm_names);
 
-  // Names of the GEMM backends compiled into this build, by priority (gemm_on's names).
+  // Names of the GEMM backends compiled into this build (gemm_on's names).
   ops.def("gemm_backend_names() -> str[]", &gemm_backend_names);
+
+  // The dispatch policy, row by row: backend, arch, grouping, rows per group (min, max), operands,
+  // measured condition, reason, result file (csrc/gemm/dispatch.cpp).
+  ops.def(
+      "gemm_dispatch_table() -> (str[] backends, str[] archs, str[] groupings, int[] min_rows, int[] max_rows, "
+      "str[] operands, str[] conditions, str[] reasons, str[] evidence)",
+      &gemm_dispatch_table);
 
   // SwiGLU (input = [gate | up]) then quantization (recipe mxfp8 or nvfp4) of each group's first
   // counts[g] rows; other rows are not written.

@@ -19,8 +19,8 @@ void register_gemm_backend(const GemmBackend& backend) {
   const auto same_name = [&](const GemmBackend& b) { return std::strcmp(b.name, backend.name) == 0; };
   if (std::any_of(backends.begin(), backends.end(), same_name)) return;
   backends.push_back(backend);
-  std::stable_sort(backends.begin(), backends.end(),
-                   [](const GemmBackend& x, const GemmBackend& y) { return x.priority < y.priority; });
+  std::sort(backends.begin(), backends.end(),
+            [](const GemmBackend& x, const GemmBackend& y) { return std::strcmp(x.name, y.name) < 0; });
 }
 
 const std::vector<GemmBackend>& gemm_backends() { return registry(); }

@@ -1,9 +1,10 @@
 // The GEMM backends compiled into this build.
 //
 // Each backend registers itself from its own translation unit: the arch sections of build.toml
-// (sm90, sm100, sm110, sm120) and the portable skinny kernels of the common section. A build that
-// lacks a section (sm_110a needs CUDA >= 13) has no entry for it, and dispatch says so instead of
-// launching code that is not there.
+// (sm90, sm100, sm110, sm120) and the portable backends of the common section. A build that lacks a
+// section (sm_110a needs CUDA >= 13) has no entry for it, and dispatch says so instead of launching
+// code that is not there. A backend says only whether it can serve a problem; which one runs is the
+// dispatch policy's choice (dispatch.cpp).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -21,10 +22,9 @@ enum class GemmArch : int { Portable = 0, Sm90 = 90, Sm100 = 100, Sm110 = 110, S
 struct GemmBackend {
   const char* name;
   GemmArch arch;
-  // Lower runs first among the backends that serve a problem (skinny tiers before the engines).
-  int priority;
-  // Whether this backend computes the problem. Reads only host-side fields (shapes, formats,
-  // pointers' alignment), never device data, so it can run during CUDA-graph capture.
+  // Whether this backend can compute the problem (not whether it should: dispatch.cpp decides). Reads
+  // only host-side fields (shapes, formats, pointers' alignment), never device data, so it can run
+  // during CUDA-graph capture.
   bool (*supports)(const GemmProblem& problem);
   void (*run)(const GemmProblem& problem, cudaStream_t stream);
   // Bytes of scratch run() wants for this problem (nullptr: none), handed over in problem.scratch.
@@ -41,7 +41,7 @@ constexpr int64_t scratch_part_bytes(int64_t bytes) {
 
 void register_gemm_backend(const GemmBackend& backend);
 
-// Registered backends, by priority.
+// Registered backends, by name.
 const std::vector<GemmBackend>& gemm_backends();
 
 struct GemmBackendRegistrar {

@@ -88,14 +88,10 @@ int64_t blackwell_scratch_bytes(const GemmProblem& problem) {
                                               [&](auto kernel) { return decltype(kernel)::scratch_bytes(problem); });
 }
 
-// After the skinny tiers (M <= 16), which stream the weight faster than a 128-row tile can.
-constexpr int kBlackwellPriority = 100;
-
 template <template <GemmArch, OperandFormat, OutFormat, BlackwellTile> class Kernel, GemmArch Arch>
 GemmBackend blackwell_backend(const char* name) {
   return GemmBackend{name,
                      Arch,
-                     kBlackwellPriority,
                      &blackwell_supports,
                      &run_blackwell<Kernel, Arch>,
                      &blackwell_scratch_bytes<Kernel, Arch>};

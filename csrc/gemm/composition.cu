@@ -22,8 +22,7 @@
 // Served: dense problems, A and B of any format, bf16 output, fp16 output of NVFP4/E0M3 operands,
 // float32 output (the staged backend's stage), a bias [N] of the output's type, a residual; no
 // activation (cuBLASLt's GELU is the tanh form, the contract's the erf form), no GeGLU, no NVFP4
-// output, no grouping. Only where dispatch takes it (composition_region), and only when the
-// libcublasLt that torch loaded has every function used. Scratch: the device scalars, the 16-bit
+// output, no grouping; only when the libcublasLt that torch loaded has every function used. Scratch: the device scalars, the 16-bit
 // copies and cuBLASLt's workspace. Portable CUDA: built for every arch of the common section.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -48,59 +47,6 @@ namespace fp4_gemm {
 namespace {
 
 constexpr const char* kName = "composition";
-
-// ---- where dispatch takes it ---------------------------------------------------------------------
-
-// Measured on one H200, the fused Hopper engine and this backend by name on six (N, K) of
-// benchmarks/bench_gemm.py, M = 128 .. 1024 (benchmarks/results/h200-composition-floor.json), again
-// after each engine change (h200-composition-floor-recheck.json, -epilogue.json) and after this
-// backend's dequantizer got faster (session 20: h200-composition-floor-dequantizer.json and -run2):
-// the rows from which the composition is faster on every shape (ties within 1 %) are 768 for MXFP8,
-// MXFP4 and NVFP4 (at 512 the MXFP8 composition is faster on five of six, the engine 0.3-2.5 %
-// faster on 8192 x 8192; MXFP4 and NVFP4 lose on three to five of six), and 1024 for bf16
-// activations with 4-bit weights (at 768 the engine is up to 3 % faster on one or two shapes).
-// Other pairs (E0M3 weights, mixed formats) take it from 1024 rows: not measured below. On every
-// arch it takes bf16 activations that no arch kernel reads (Blackwell's kernels have none), above
-// the skinny tier's M <= 16.
-constexpr int64_t kSameFormatMinRows = 768;  // MXFP8, MXFP4 or NVFP4 on both sides
-constexpr int64_t kOtherMinRows = 1024;
-constexpr int64_t kSkinnyMaxRows = 16;
-
-// The fewest rows from which dispatch takes a dense problem with block-scaled weights on sm_90.
-constexpr int64_t hopper_min_rows(OperandFormat a, OperandFormat b) {
-  const bool same_format =
-      a == b && (a == OperandFormat::Mxfp8 || a == OperandFormat::Mxfp4 || a == OperandFormat::Nvfp4);
-  return same_format ? kSameFormatMinRows : kOtherMinRows;
-}
-
-enum class Region { Not, Taken, WhereNoArchKernel };
-
-constexpr Region composition_region(int cc, OperandFormat a, OperandFormat b, int64_t m) {
-  const bool hopper = cc == static_cast<int>(GemmArch::Sm90);
-  if (hopper && block_scaled(b) && m >= hopper_min_rows(a, b)) return Region::Taken;
-  if (a == OperandFormat::Bf16 && m > kSkinnyMaxRows) return Region::WhereNoArchKernel;
-  return Region::Not;
-}
-
-// Whether a kernel of the problem's arch section serves it (portable backends are not asked: the
-// delegating ones would ask this backend in turn).
-bool arch_kernel_serves(const GemmProblem& p) {
-  for (const GemmBackend& backend : gemm_backends()) {
-    if (backend.arch != GemmArch::Portable && arch_runs_on(backend.arch, p.cc) && backend.supports(p)) return true;
-  }
-  return false;
-}
-
-bool dispatched_here(const GemmProblem& p) {
-  switch (composition_region(p.cc, p.a.format, p.b.format, p.m)) {
-    case Region::Taken:
-      return true;
-    case Region::WhereNoArchKernel:
-      return !arch_kernel_serves(p);
-    default:
-      return false;
-  }
-}
 
 // ---- cuBLASLt, bound at run time ---------------------------------------------------------------
 
@@ -409,7 +355,7 @@ bool supports(const GemmProblem& p) {
   for (const OperandFormat f : {p.a.format, p.b.format}) {
     if (block_scaled(f) && p.k % block_size(f) != 0) return false;
   }
-  return dispatched_here(p) && cublaslt().loaded;
+  return cublaslt().loaded;
 }
 
 void run(const GemmProblem& p, cudaStream_t stream) {
@@ -429,11 +375,7 @@ void run(const GemmProblem& p, cudaStream_t stream) {
         "cublasLtMatmul");
 }
 
-// Before the Hopper engine (10), after the skinny tier (0).
-constexpr int kCompositionPriority = 5;
-
-const GemmBackendRegistrar kRegistrar({kName, GemmArch::Portable, kCompositionPriority, &supports, &run,
-                                      &scratch_bytes});
+const GemmBackendRegistrar kRegistrar({kName, GemmArch::Portable, &supports, &run, &scratch_bytes});
 
 }  // namespace
 }  // namespace fp4_gemm

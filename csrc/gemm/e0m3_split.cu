@@ -158,10 +158,7 @@ void run(const GemmProblem& p, cudaStream_t stream) {
   delegate_backend(inner, kName).run(inner, stream);
 }
 
-// After the arch backends (which read E0M3 themselves where they can), before the staged backend.
-constexpr int kSplitPriority = 500;
-
-const GemmBackendRegistrar kRegistrar({kName, GemmArch::Portable, kSplitPriority, &supports, &run,
+const GemmBackendRegistrar kRegistrar({kName, GemmArch::Portable, &supports, &run,
                                       &scratch_bytes});
 
 }  // namespace

@@ -47,6 +47,13 @@ inline constexpr std::string_view kOutFormatNames[] = {"bf16", "fp16", "nvfp4", 
 enum class Schedule : int { Auto = 0, StreamK = 1, M256 = 2 };
 inline constexpr std::string_view kScheduleNames[] = {"auto", "streamk", "m256"};
 
+// GemmProblem::variant: -1 lets dispatch and the backends choose; 0, 1 and 2 name a tile of the
+// Hopper engine or the Blackwell kernels (capabilities()["variant_names"]); 3 and 4 a kernel of the
+// M <= 16 tier (tests and benchmarks hold both to the reference; no public function passes them).
+inline constexpr int kVariantAuto = -1;
+inline constexpr int kVariantSkinnyStaged = 3;
+inline constexpr int kVariantSkinnyRegisterStream = 4;
+
 // Elements per scale block; a Bf16 operand has none (0), so callers take B's.
 inline constexpr int block_size(OperandFormat f) {
   return f == OperandFormat::Bf16 ? 0 : f == OperandFormat::Mxfp8 || f == OperandFormat::Mxfp4 ? 32 : 16;
@@ -92,7 +99,7 @@ struct GemmProblem {
 
   // How it runs, never what it computes.
   Schedule schedule = Schedule::Auto;
-  int variant = -1;
+  int variant = kVariantAuto;
   int sm_count = -1;  // -1: all SMs of the device
   int warps = 0;      // skinny tiers: 0 picks
   int stages = 0;

@@ -149,10 +149,7 @@ void run(const GemmProblem& p, cudaStream_t stream) {
   launch_kernel(encode_kernel, shape.grid, shape.block, 0, stream, true, e);
 }
 
-// After every other backend: a kernel that writes the output itself is preferred.
-constexpr int kStagedPriority = 1000;
-
-const GemmBackendRegistrar kRegistrar({kName, GemmArch::Portable, kStagedPriority, &supports, &run,
+const GemmBackendRegistrar kRegistrar({kName, GemmArch::Portable, &supports, &run,
                                       &scratch_bytes});
 
 }  // namespace

@@ -98,14 +98,14 @@ class GemmCall(NamedTuple):
         ops.gemm_on(backend, *self.op_arguments())
 
     def backends(self, cc: int) -> list[str]:
-        """Every backend of this build that would run this call on compute capability cc (90, 100, ...),
-        dispatch's choice first; [] when the reference runs it. Meta tensors stand for aligned buffers."""
-        return _GEMM_BACKENDS(cc, *self.op_arguments())
+        """Every backend of this build that can serve this call on compute capability cc (90, 100, ...),
+        dispatch's choice first; [] when none can. Meta tensors stand for aligned buffers."""
+        chosen, *others = _GEMM_BACKENDS(cc, *self.op_arguments())
+        return [chosen, *others] if chosen else others
 
     def backend(self, cc: int) -> str:
         """The backend dispatch picks on compute capability cc ("" = the reference)."""
-        served = self.backends(cc)
-        return served[0] if served else ""
+        return _GEMM_BACKENDS(cc, *self.op_arguments())[0]
 
     def op_arguments(self) -> tuple:
         """The `gemm` op's arguments: the tensors, `kind`, alpha_scale and `knobs` (the module docstring).

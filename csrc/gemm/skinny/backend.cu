@@ -31,10 +31,9 @@ constexpr int kDefaultLanes = 2;
 constexpr int kDefaultStages = 2;
 constexpr int kWideLanes = 4;  // where the K split cannot grow (make_plan): 256-byte stage rows
 constexpr int kMaxSplits = 8;      // the portable cluster size
-// GemmProblem::variant names a kernel of the tier (tests and benchmarks hold both to the reference;
-// no public function passes these ids): any other value lets the planner choose.
-constexpr int kVariantStaged = 3;
-constexpr int kVariantRegisterStream = 4;
+// GemmProblem::variant names a kernel of the tier (problem.h); any other value lets the planner choose.
+constexpr int kVariantStaged = kVariantSkinnyStaged;
+constexpr int kVariantRegisterStream = kVariantSkinnyRegisterStream;
 constexpr int kMaxDevices = 64;
 
 // Operand pairs the kernel decodes: the three symmetric modes, E0M3 weights under NVFP4 or E0M3
@@ -64,12 +63,10 @@ int64_t max_unit_rows(const GemmProblem& p) {
   }
 }
 
-// Grouped bf16 activations (the W4A16 modes) with more rows per group than a unit holds, where no
-// arch kernel reads a bf16 A (every arch but sm_90, whose engine serves them): the units walk each
-// group in 16-row chunks, streaming its weight once per chunk.
-bool chunks_groups(const GemmProblem& p) {
-  return p.a.format == OperandFormat::Bf16 && p.cc != static_cast<int>(GemmArch::Sm90);
-}
+// Grouped bf16 activations (the W4A16 modes) with more rows per group than a unit holds: the units
+// walk each group in 16-row chunks, streaming its weight once per chunk (dispatch takes this where
+// no arch kernel reads a bf16 A).
+bool chunks_groups(const GemmProblem& p) { return p.a.format == OperandFormat::Bf16; }
 
 // Dense problems of 17 to 64 rows on the register-streaming kernel (below, with the planner).
 bool wide_stream_serves(const GemmProblem& p);
@@ -527,37 +524,14 @@ bool stream_fits(const GemmProblem& p) {
   return plan.smem <= size_t(opt_in_shared_bytes(p.cc));
 }
 
-// Measured on the H200 (benchmarks/NOTES.md, "17 to 64 rows"; results/h200-skinny-kernels-wide.json):
-// the register-streaming kernel beat the engine wherever its 16-row tiles times token tiles were at
-// most 1024 with 4-bit weights ((1536, 7168) and (2048, 7168) at 24..64 rows, (4096, 7168) at 24 and
-// 32: 0.53-0.90 of the engine's time) or 768 with MXFP8 ones (0.49-0.78). Above that it lost at
-// (5120, 17408) M = 24 (1280: 1.4-2.3x) and from 2048 on by up to 4x ((17408, 5120) at every M,
-// (4096, 7168) and (7168, 2048) at 48 and 64), and gained little at (7168, 2048) M = 24 and 32 (1792:
-// 0.86-0.98), which stay with the engine. Since the engine's 64-row tile decodes B in its decoder
-// warpgroup (session 17, NOTES "the 64-row tile's decoder warpgroup"; results/h200-skinny-wide-
-// recheck.json) the kernel's 8 token tiles lose too: at 48 and 64 rows on (2048, 7168) and (1536,
-// 7168) it took 1.05-1.26x the engine's time; with 4 token tiles it still wins (0.76-0.93 at 24 and
-// 32 rows on those, 0.89-0.91 at (4096, 7168) M = 24; a tie, 0.98-1.04, at M = 32).
-constexpr int64_t kWideStreamMaxTileTokens = 1024;
-constexpr int64_t kWideStreamMaxTileTokensMxfp8 = 768;
-constexpr int kWideStreamMaxTokenTiles = 4;  // M <= 32
-
-bool wide_stream_pays(const GemmProblem& p) {
-  if (stream_token_tiles(p.m) > kWideStreamMaxTokenTiles) return false;
-  const int64_t tile_tokens = ceil_div(p.n, kStreamTileRows) * stream_token_tiles(p.m);
-  return tile_tokens <= (p.b.format == OperandFormat::Mxfp8 ? kWideStreamMaxTileTokensMxfp8 : kWideStreamMaxTileTokens);
-}
-
-// Dense problems of 17 to 64 rows (sm_90 only, where the engine is the alternative and both were
-// measured): the register-streaming kernel alone serves them, where the variant names it or where it
-// measured faster than the engine (wide_stream_pays), and where its activations and one tile's
-// partial sums fit the sm_90 shared memory at the largest split (stream_fits). A grid limited to
-// some SMs (sm_count) stays with the engine, whose grid is persistent.
+// Dense problems of 17 to 64 rows: the register-streaming kernel, where the variant does not name
+// the staged kernel (which stops at 16 rows) and its activations and one tile's partial sums fit the
+// arch's shared memory at the largest split (stream_fits). A grid limited to some SMs (sm_count) is
+// not served: the kernel's grid follows the weight. Dispatch takes it where it measured faster than
+// the Hopper engine (dispatch.cpp).
 bool wide_stream_serves(const GemmProblem& p) {
-  if (p.m <= kMaxTokens || p.cc != static_cast<int>(GemmArch::Sm90) || p.sm_count > 0) return false;
-  if (p.variant == kVariantStaged) return false;  // the staged kernel stops at 16 rows
-  if (!register_stream_supported(p) || !(p.variant == kVariantRegisterStream || wide_stream_pays(p))) return false;
-  return stream_fits(p);
+  if (p.m <= kMaxTokens || p.sm_count > 0 || p.variant == kVariantStaged) return false;
+  return register_stream_supported(p) && stream_fits(p);
 }
 
 // NVFP4 outputs (and GeGLU) the register-streaming kernel encodes in its epilogue: where it would
@@ -638,7 +612,7 @@ void run(const GemmProblem& p, cudaStream_t stream) {
                             dim3(unsigned(plan.threads)), plan.smem, stream, p.pdl, plan.splits, args);
 }
 
-const GemmBackendRegistrar kRegistrar({"skinny", GemmArch::Portable, 0, &supports, &run, &scratch_bytes});
+const GemmBackendRegistrar kRegistrar({"skinny", GemmArch::Portable, &supports, &run, &scratch_bytes});
 
 }  // namespace
 }  // namespace fp4_gemm::skinny

@@ -52,6 +52,7 @@
 #include "csrc/gemm/epilogue.cuh"
 #include "csrc/gemm/grouping.cuh"
 #include "csrc/gemm/problem.h"
+#include "csrc/gemm/skinny/geometry.h"
 #include "csrc/gemm/skinny/operands.cuh"
 #include "csrc/gemm/skinny/primitives.cuh"
 
@@ -59,7 +60,6 @@ namespace fp4_gemm::skinny {
 
 constexpr int kTileRows = 16;    // weight rows of one mma
 constexpr int kTileTokens = 8;   // activation rows of one mma
-constexpr int kMaxTokens = 16;   // activation rows of a unit (two token tiles)
 constexpr int kBlockRows = kSfTileRows;  // weight rows of a unit
 constexpr int kGroupTiles = 4;   // mma tiles of a consumer warp
 constexpr int kGroupRows = kGroupTiles * kTileRows;

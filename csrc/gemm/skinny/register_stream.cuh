@@ -43,21 +43,17 @@
 #include "csrc/gemm/epilogue.cuh"
 #include "csrc/gemm/nvfp4_output.cuh"
 #include "csrc/gemm/problem.h"
+#include "csrc/gemm/skinny/geometry.h"
 #include "csrc/gemm/skinny/operands.cuh"
 #include "csrc/gemm/skinny/primitives.cuh"
 
 namespace fp4_gemm::skinny {
 
-constexpr int kStreamTileRows = 16;                          // weight rows of a warp: one mma's M side
 constexpr int kStreamStepBytes = 128;                        // bytes of a row one warp step takes
 constexpr int kStreamStepChunks = kStreamStepBytes / 16;     // 16-byte chunks: two per lane
 constexpr int kStreamFragmentBytes = 16;                     // one lane's four bf16 pairs
 constexpr int kStreamMaxWarps = 8;
 constexpr int kStreamMaxTiles = 32;
-constexpr int kStreamMaxTokens = 64;  // 8 token tiles
-
-// The kernel's token tiles for m activation rows: 1, 2, 4 or 8.
-__host__ __device__ constexpr int stream_token_tiles(int64_t m) { return m <= 8 ? 1 : m <= 16 ? 2 : m <= 32 ? 4 : 8; }
 
 // CTAs of 8 warps per SM the registers are sized for: the accumulators and activation fragments
 // grow with the token tiles (16 and 32 registers each at 4 and 8 tiles).

@@ -374,7 +374,7 @@ void run(const GemmProblem& p, cudaStream_t stream) {
   }
 }
 
-const GemmBackendRegistrar kRegistrar({"sm90_engine", GemmArch::Sm90, 10, &supports, &run, &scratch_bytes});
+const GemmBackendRegistrar kRegistrar({"sm90_engine", GemmArch::Sm90, &supports, &run, &scratch_bytes});
 
 }  // namespace
 }  // namespace fp4_gemm::sm90
