@@ -1,4 +1,6 @@
-"""Inputs for the tests: `enumerate_*` yields cases, `make_*` builds the tensors of one case."""
+"""Inputs for the tests: `enumerate_*` yields cases, `make_*` builds the tensors of one case; which
+backend dispatch picks for a kind of GEMM (`dispatched`), and the skip of a build without an arch's
+code (`require_built`)."""
 
 from __future__ import annotations
 
@@ -15,13 +17,25 @@ GROUP = {"w8a8-mxfp8": 32, "w4a4-mxfp4": 32, "w4a4-nvfp4": 16}
 QMAX = {"w8a8-mxfp8": 448.0, "w4a4-mxfp4": 6.0, "w4a4-nvfp4": 6.0}
 
 
-def nvfp4_output_backend(fp4, m: int, n: int = 4096, k: int = 4096, **kind) -> str:
-    """The backend dispatch picks on sm_90 for an NVFP4-output GEMM of NVFP4 operands (`kind`: other
-    GemmCall fields, out_format included); skips on a build without sm_90 code."""
-    if 90 not in fp4._ops.ops.gemm_backend_archs():
-        pytest.skip("this build has no sm_90 code (built with --archs)")
-    kind = {"out_format": "nvfp4"} | kind
-    return fp4._gemm.described_call("nvfp4", m=m, n=n, k=k, **kind).backend(90)
+def require_built(fp4, *ccs: int) -> None:
+    """Skips the test where this build has no backend code for one of the compute capabilities ccs
+    (90, 100, ...: GemmCall.backends' numbers; a family member such as 103 is its base, 100)."""
+    missing = sorted(set(ccs) - set(fp4.ops.gemm_backend_archs()))
+    if missing:
+        names = " or ".join(f"sm_{cc} ({CAPABILITIES[cc]})" if cc in CAPABILITIES else f"sm_{cc}" for cc in missing)
+        pytest.skip(f"this build has no {names} code (built with --archs)")
+
+
+def dispatched(fp4, cc: int, a_format: str = "nvfp4", b_format: str | None = None, *, m: int, n: int = 4096,
+               k: int = 4096, unbuilt: bool = False, **kind) -> str:  # fmt: skip
+    """The backend dispatch picks on compute capability cc for a GEMM of this kind ("" = the reference):
+    A [m, k] in a_format, B [n, k] in b_format (default a_format); a grouped kind is 8 groups of m rows.
+    `kind`: the other fields of _gemm.described_call (grouping, bias, activation, out_format, knobs).
+    Skips where this build has no code for cc (require_built), unless `unbuilt`: the host-side
+    predicates of the portable backends (the skinny tier) answer for every arch of build.toml."""
+    if not unbuilt:
+        require_built(fp4, cc)
+    return fp4._gemm.described_call(a_format, b_format, m=m, n=n, k=k, **kind).backend(cc)
 
 
 def build_capabilities() -> tuple[str, ...]:
@@ -45,8 +59,9 @@ ARCH_CAPABILITIES = {
     for cap in build_capabilities()
     for member in FAMILY_MEMBERS.get(compute_capability(cap), (compute_capability(cap),))
 }
-# cc -> capability of each Blackwell cubin: 100 -> "10.0f", 110 -> "11.0a", 120 -> "12.0f"
-BLACKWELL_CAPABILITIES = {compute_capability(c): c for c in build_capabilities() if compute_capability(c) >= 100}
+# cc -> capability of each cubin: 90 -> "9.0a", 100 -> "10.0f", 110 -> "11.0a", 120 -> "12.0f"
+CAPABILITIES = {compute_capability(c): c for c in build_capabilities()}
+BLACKWELL_CAPABILITIES = {cc: c for cc, c in CAPABILITIES.items() if cc >= 100}
 
 # The kinds of GEMM the staged backend serves (csrc/gemm/staged.cu): NVFP4 outputs with each
 # finishing step, and GeGLU.

@@ -66,20 +66,57 @@ def locate_build(environ: dict[str, str], root: Path, repo_id: str) -> tuple[Pat
 BUILD_DIR, KERNEL_PATH = locate_build(dict(os.environ), ROOT, REPO_ID)
 HAS_CUDA = torch.cuda.is_available()
 
-requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU (run on the device machine)")
-requires_sm90 = pytest.mark.skipif(
-    not HAS_CUDA or torch.cuda.get_device_capability() != (9, 0),
-    reason="needs an sm_90 GPU (run on the device machine)",
-)
+
+def gpu_compute_capability() -> int | None:
+    """This GPU's compute capability as GemmCall.backends numbers it (90 for 9.0); None without one."""
+    if not HAS_CUDA:
+        return None
+    major, minor = torch.cuda.get_device_capability()
+    return 10 * major + minor
+
+
+GPU_CC = gpu_compute_capability()
+
+
+def requires_arch(*ccs: int) -> pytest.MarkDecorator:
+    """The one GPU gate: marks a test that runs on any CUDA GPU, or with ccs on a GPU whose compute
+    capability is one of them (90 = sm_90). It is the `gpu` mark with ccs as its arguments (`-m gpu`
+    selects these tests); elsewhere pytest_collection_modifyitems skips the test with the reason."""
+    return pytest.mark.gpu(*ccs)
+
+
+def gpu_missing(ccs: tuple[int, ...] = ()) -> str | None:
+    """Why a test gated by requires_arch(*ccs) cannot run here, or None where it can."""
+    if HAS_CUDA and (not ccs or GPU_CC in ccs):
+        return None
+    needed = ("an " + " or ".join(f"sm_{cc}" for cc in ccs) + " GPU") if ccs else "a CUDA GPU"
+    here = f", this one is sm_{GPU_CC}" if HAS_CUDA else ""
+    return f"needs {needed}{here} (run on the device machine)"
+
+
 # a `device` parametrization: the CPU (the reference) always, the GPU where there is one
-DEVICES = ["cpu", pytest.param("cuda", marks=requires_cuda)]
+DEVICES = ["cpu", pytest.param("cuda", marks=requires_arch())]
 
 
 def pytest_configure(config: pytest.Config) -> None:
     # kernel-builder's ci-test runs on a source set without pytest.ini: register the markers here too
     config.addinivalue_line("markers", "kernels_ci: the fast subset for kernel-builder's ci-test")
-    config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped with a reason elsewhere")
+    config.addinivalue_line("markers", "gpu(*ccs): needs a CUDA GPU (of one of these compute capabilities: 90 = sm_90)")
     config.addinivalue_line("markers", "machine_code: checks the cubins and SASS of the built library")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by mark
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test taking the `device` fixture (not the DEVICES parametrization) gets requires_arch();
+    a test whose `gpu` marks (module, class, function: each must hold) this machine does not meet
+    gets a skip with gpu_missing's reason."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if "device" in getattr(item, "fixturenames", ()) and "device" not in (callspec.params if callspec else {}):
+            item.add_marker(requires_arch())
+        reason = next(filter(None, (gpu_missing(mark.args) for mark in item.iter_markers("gpu"))), None)
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
 def requires_repo_file(relative: str) -> Path:
@@ -148,6 +185,5 @@ def ref() -> ModuleType:
 
 @pytest.fixture(scope="session")
 def device() -> str:
-    if not HAS_CUDA:
-        pytest.skip("needs a CUDA GPU (run on the device machine)")
+    """The GPU, "cuda": a test taking it is gated by requires_arch() (pytest_collection_modifyitems)."""
     return "cuda"

@@ -81,11 +81,6 @@ def gemm(fp4, a, b, sfa, sfb, a_format: str, b_format: str, out: torch.Tensor, *
     return out
 
 
-def backend(fp4, a_format="nvfp4", b_format="nvfp4", m=4, n=4096, k=4096, cc=90, **kind) -> str:
-    """The backend serving such a GEMM (a grouped kind: 8 groups of m rows, GemmCall.backends)."""
-    return fp4._gemm.described_call(a_format, b_format, m=m, n=n, k=k, **kind).backend(cc)
-
-
 def poisoned_out(m: int, n: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     return poisoned_like(torch.empty(m, n, dtype=dtype, device="cuda"))
 

@@ -19,6 +19,7 @@ from checks import (
     gelu64,
     ulp,
 )
+from conftest import requires_arch
 
 HALOPS = [
     "group_wise_quant",
@@ -64,9 +65,20 @@ TRACEABLE = [name for name in CALLABLE if name not in HOST_ONLY]
 
 @pytest.mark.kernels_ci
 def test_public_api_is_the_forty_functions_of_both_specs_and_flashrts_additions(fp4):
-    assert len(HALOPS) + len(FLASHRT) == 40
-    assert sorted(fp4.__all__) == sorted(["layers"] + HALOPS + FLASHRT + FLASHRT_HEAD + FLASHRT_CONSTANTS)
-    assert set(CASES) == set(fp4.__all__) - {"layers", "capabilities", *FLASHRT_CONSTANTS}
+    specs = HALOPS + FLASHRT
+    repeated = sorted({name for name in specs if specs.count(name) > 1})
+    assert len(set(specs)) == 40, f"the specs name forty distinct functions; repeated: {repeated}"
+    public = list(fp4.__all__)
+    assert len(set(public)) == len(public), f"__all__ repeats {sorted({n for n in public if public.count(n) > 1})}"
+    functions = specs + FLASHRT_HEAD
+    missing = [name for name in functions + FLASHRT_CONSTANTS + ["layers"] if name not in public]
+    assert not missing, f"not in fp4.__all__: {missing}"
+    unlisted = sorted(set(public) - {*functions, *FLASHRT_CONSTANTS, "layers"})
+    assert not unlisted, f"fp4.__all__ has names no spec or flashrt addition lists: {unlisted}"
+    not_callable = [name for name in functions if not callable(getattr(fp4, name, None))]
+    assert not not_callable, f"not functions of the package: {not_callable}"
+    assert inspect.ismodule(getattr(fp4, "layers", None)), "fp4.layers is not the layers module"
+    assert set(CASES) == set(public) - {"layers", "capabilities", *FLASHRT_CONSTANTS}
 
 
 @pytest.mark.kernels_ci
@@ -213,7 +225,7 @@ def assert_gemm_close(got: object, expected: object, what: str) -> None:
     assert bool(((got - ref).abs() <= tolerance)[finite].all()), f"{what}: beyond the tolerance"
 
 
-@pytest.mark.gpu
+@requires_arch()
 @pytest.mark.parametrize("name", CALLABLE)
 def test_cuda_call_matches_cpu_call(fp4, device, name):
     gemm = fp4._capabilities.FUNCTION_OPS.get(name) == "gemm"
@@ -232,7 +244,7 @@ def test_cuda_call_matches_cpu_call(fp4, device, name):
             compare(got, expected, f"{name} seed={seed}")
 
 
-@pytest.mark.gpu
+@requires_arch()
 @pytest.mark.parametrize("name", TRACEABLE)
 def test_cuda_call_replays_in_a_cuda_graph(fp4, device, name):
     args, kwargs = make_call(name, device)

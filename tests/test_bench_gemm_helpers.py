@@ -15,7 +15,8 @@ import sys
 
 import pytest
 import torch
-from conftest import requires_repo_file
+from cases import require_built
+from conftest import gpu_missing, requires_arch, requires_repo_file
 
 BENCHMARKS = requires_repo_file("benchmarks")
 sys.path.insert(0, str(BENCHMARKS))
@@ -177,7 +178,8 @@ def test_triton_dequant_is_exact(ref, monkeypatch, name):
     assert torch.equal(out.cpu(), exact.to(torch.bfloat16))
 
 
-@pytest.mark.skipif(DEVICE != "cuda" or not gemm_peers.triton_available(), reason="tl.dot_scaled needs a GPU")
+@requires_arch()  # tl.dot_scaled needs a GPU
+@needs_triton
 @pytest.mark.parametrize("name", ["mxfp8", "mxfp4"])
 @pytest.mark.parametrize("m", [1, 16, 300])
 def test_triton_dot_scaled_matches_cublas_on_exact_operands(ref, name, m):
@@ -195,18 +197,13 @@ def test_triton_dot_scaled_matches_cublas_on_exact_operands(ref, name, m):
 # ---- the engine's bf16 ceiling and the backend column ------------------------------------------
 
 
-def require_hopper_code(fp4) -> None:
-    if 90 not in fp4.ops.gemm_backend_archs():
-        pytest.skip("this build has no sm_90 code (built with --archs)")
-
-
 def meta(*shape: int) -> torch.Tensor:
     return torch.empty(shape, dtype=torch.bfloat16, device="meta")
 
 
 @pytest.mark.parametrize("n,k", gemm_peers.SHAPES)
 def test_ceiling_call_is_served_by_the_hopper_engine(fp4, n, k):
-    require_hopper_code(fp4)
+    require_built(fp4, 90)
     for m in gemm_peers.MS:
         call = gemm_peers.ceiling_call(fp4, meta(m, k), meta(n, k), meta(m, n))
         assert gemm_peers.CEILING_BACKEND in call.backends(90), f"{m=} {n=} {k=}"
@@ -214,7 +211,7 @@ def test_ceiling_call_is_served_by_the_hopper_engine(fp4, n, k):
 
 @pytest.mark.parametrize("fmt", gemm_peers.FORMATS)
 def test_backend_column_shows_the_composition_from_1024_rows(fp4, fmt):
-    require_hopper_code(fp4)
+    require_built(fp4, 90)
     ours = gemm_peers.ours_for(fmt, "dense_gemm")
     for n, k in gemm_peers.SHAPES:
         got = {m: gemm_peers.dispatched_backend(fp4, fmt, ours, m, n, k, 90) for m in (16, 256, 1024, 4096)}
@@ -223,10 +220,10 @@ def test_backend_column_shows_the_composition_from_1024_rows(fp4, fmt):
 
 @pytest.mark.parametrize("m,n,k", [(1, 256, 512), (64, 384, 256), (300, 256, 1024)])
 def test_ceiling_is_the_bf16_product(fp4, m, n, k):
-    if DEVICE == "cuda":
-        require_hopper_code(fp4)
-        if torch.cuda.get_device_capability() != (9, 0):
-            pytest.skip("the Hopper engine runs on sm_90 only")
+    if DEVICE == "cuda":  # the Hopper engine runs on sm_90 only
+        require_built(fp4, 90)
+        if reason := gpu_missing((90,)):
+            pytest.skip(reason)
     ours = gemm_peers.ours_for("nvfp4", "dense_gemm")
     a_op, b_op = gemm_peers.GEMM_OPERANDS["nvfp4"]
     generator = torch.Generator(device=DEVICE).manual_seed(3)

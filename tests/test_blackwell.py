@@ -21,22 +21,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from cases import BLACKWELL_CAPABILITIES, STAGED_KINDS
-from conftest import ROOT, variant_metadata
+from cases import BLACKWELL_CAPABILITIES, STAGED_KINDS, dispatched, require_built
+from conftest import ROOT
 from machine_code import all_kernels, nvidia_tool
 
 BLACKWELL = BLACKWELL_CAPABILITIES  # cc -> capability: 100 -> "10.0f", ...
 FORMATS = ("mxfp8", "mxfp4", "nvfp4")
 BACKENDS = {cc: f"sm{cc}_cutlass" for cc in BLACKWELL}
-
-
-def built(cc: int) -> bool:
-    return BLACKWELL[cc] in variant_metadata()["backend"]["archs"]
-
-
-def require_built(cc: int) -> None:
-    if not built(cc):
-        pytest.skip(f"this build has no {BLACKWELL[cc]} code (built with --archs)")
 
 
 # ---- the instantiation table (csrc/gemm/blackwell_args.h: blackwell_tile_built) -------------------
@@ -107,8 +98,8 @@ def scaled_mma(cc: int, fmt: str) -> re.Pattern:
 @pytest.mark.machine_code
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("cc", BLACKWELL)
-def test_library_has_each_blackwell_kernel_of_the_table(dispatch_probe, cc, fmt):
-    require_built(cc)
+def test_library_has_each_blackwell_kernel_of_the_table(fp4, dispatch_probe, cc, fmt):
+    require_built(fp4, cc)
     formats = [f for f, _ in blackwell_kernels(cc).values()]
     assert formats.count(fmt) == kernel_count(dispatch_probe, cc, fmt), f"sm_{cc}a {fmt}: {formats.count(fmt)}"
 
@@ -116,8 +107,8 @@ def test_library_has_each_blackwell_kernel_of_the_table(dispatch_probe, cc, fmt)
 @pytest.mark.machine_code
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("cc", BLACKWELL)
-def test_each_blackwell_kernel_issues_the_block_scaled_mma_of_its_format(cc, fmt):
-    require_built(cc)
+def test_each_blackwell_kernel_issues_the_block_scaled_mma_of_its_format(fp4, cc, fmt):
+    require_built(fp4, cc)
     pattern = scaled_mma(cc, fmt)
     kernels = {name: sass for name, (f, sass) in blackwell_kernels(cc).items() if f == fmt}
     assert kernels, f"no sm_{cc}a {fmt} kernel"
@@ -127,10 +118,10 @@ def test_each_blackwell_kernel_issues_the_block_scaled_mma_of_its_format(cc, fmt
 
 @pytest.mark.machine_code
 @pytest.mark.parametrize("cc", BLACKWELL)
-def test_library_has_one_stream_k_kernel_per_arch_of_nvfp4_to_bf16(cc):
+def test_library_has_one_stream_k_kernel_per_arch_of_nvfp4_to_bf16(fp4, cc):
     """The streamk functions' kernel: GemmUniversal with CUTLASS's stream-K scheduler tag, NVFP4
     operands and bf16 output (its MMA is checked with the other NVFP4 kernels above)."""
-    require_built(cc)
+    require_built(fp4, cc)
     stream_k = [(name, f) for name, (f, _) in blackwell_kernels(cc).items() if "16StreamKScheduler" in name]
     assert len(stream_k) == 1, f"sm_{cc}a: {len(stream_k)} stream-K kernels"
     ((name, fmt),) = stream_k
@@ -140,12 +131,12 @@ def test_library_has_one_stream_k_kernel_per_arch_of_nvfp4_to_bf16(cc):
 @pytest.mark.machine_code
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("cc", BLACKWELL)
-def test_library_has_the_grouped_kernels_and_their_argument_kernels(cc, fmt):
+def test_library_has_the_grouped_kernels_and_their_argument_kernels(fp4, cc, fmt):
     """Masked and contiguous groups run CUTLASS's ptr-array kernel (one per output type, shared by
     both groupings) after a small kernel that builds its per-group arguments on the device; groups
     whose scales do not start on 128-row tiles first re-lay them (the portable tile_group_scales
     kernels: from the expert ids, or strided)."""
-    require_built(cc)
+    require_built(fp4, cc)
     grouped = [name for name, (f, _) in blackwell_kernels(cc).items() if f == fmt and "GroupProblemShape" in name]
     assert len(grouped) == 2, f"sm_{cc}a {fmt}: {len(grouped)} grouped kernels"
     assert any(f"group_argumentsILNS_8GemmArchE{cc}E" in name for name in all_kernels(cc))
@@ -154,11 +145,10 @@ def test_library_has_the_grouped_kernels_and_their_argument_kernels(cc, fmt):
 
 
 @pytest.mark.machine_code
-def test_sm100_and_sm110_kernels_are_distinct_symbols():
+def test_sm100_and_sm110_kernels_are_distinct_symbols(fp4):
     """The same recipe compiles for sm_100f and sm_110a in two units; distinct kernel types keep each
     section's launches on its own cubin (identical ones would share one host stub)."""
-    require_built(100)
-    require_built(110)
+    require_built(fp4, 100, 110)
     assert blackwell_kernels(100).keys().isdisjoint(blackwell_kernels(110).keys())
     argument_kernels = [{n for n in all_kernels(cc) if "group_arguments" in n} for cc in (100, 110)]
     assert argument_kernels[0] and argument_kernels[0].isdisjoint(argument_kernels[1])
@@ -167,25 +157,21 @@ def test_sm100_and_sm110_kernels_are_distinct_symbols():
 # ---- which problems the backends serve (host-side: GemmCall.backends asks supports()) ------------
 
 
-def backend(fp4, cc, a_format="nvfp4", b_format=None, m=256, n=4096, k=4096, **kind) -> str:
-    return fp4._gemm.described_call(a_format, b_format, m=m, n=n, k=k, **kind).backend(cc)
-
-
 @pytest.mark.parametrize("out_format", ["bf16", "fp16"])
 @pytest.mark.parametrize("activation", ["none", "gelu", "relu2"])
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("cc", BLACKWELL)
 def test_backend_serves_dense_gemms_of_every_format_and_epilogue(fp4, cc, fmt, activation, out_format):
-    require_built(cc)
-    assert backend(fp4, cc, fmt, activation=activation, out_format=out_format) == BACKENDS[cc]
+    require_built(fp4, cc)
+    assert dispatched(fp4, cc, fmt, m=256, activation=activation, out_format=out_format) == BACKENDS[cc]
 
 
 @pytest.mark.parametrize("schedule", ["auto", "streamk", "m256"])
 @pytest.mark.parametrize("cc", BLACKWELL)
 def test_backend_serves_every_schedule_of_row_major_weights(fp4, cc, schedule):
     """A schedule picks how a GEMM runs, never what it computes: the tile kernels serve them all."""
-    require_built(cc)
-    assert backend(fp4, cc, m=512, schedule=schedule) == BACKENDS[cc]
+    require_built(fp4, cc)
+    assert dispatched(fp4, cc, m=512, schedule=schedule) == BACKENDS[cc]
 
 
 # ---- which kernel the dispatch picks (blackwell_backend.h's visit, choose_blackwell_tile) --------
@@ -310,11 +296,11 @@ def test_streamk_kind_runs_the_stream_k_kernel_and_nothing_else_changes(dispatch
 def test_nvfp4_outputs_are_staged_through_the_float32_kernel(fp4, cc, kind):
     """The staged backend: the NVFP4 operands' float32 kernel writes alpha * A @ B^T, the rest of the
     epilogue and the package's quantizer run on that stage. MX operands have no float32 kernel."""
-    require_built(cc)
-    assert backend(fp4, cc, "nvfp4", **kind) == "staged"
-    assert backend(fp4, cc, "nvfp4", n=4104, **kind) == ""  # N_out % 16 != 0
-    assert backend(fp4, cc, "mxfp8", **kind) == ""
-    assert backend(fp4, cc, "mxfp4", **kind) == ""
+    require_built(fp4, cc)
+    assert dispatched(fp4, cc, "nvfp4", m=256, **kind) == "staged"
+    assert dispatched(fp4, cc, "nvfp4", m=256, n=4104, **kind) == ""  # N_out % 16 != 0
+    assert dispatched(fp4, cc, "mxfp8", m=256, **kind) == ""
+    assert dispatched(fp4, cc, "mxfp4", m=256, **kind) == ""
 
 
 @pytest.mark.parametrize("grouping", ["batched", "masked"])
@@ -323,10 +309,10 @@ def test_nvfp4_outputs_are_staged_through_the_float32_kernel(fp4, cc, kind):
 def test_backend_serves_groups_of_any_rows_and_n(fp4, cc, fmt, grouping):
     """A grouped query is 8 groups of m rows. Where m or N is not a multiple of 128 a group's scales
     do not start on a 128-row SfAtom tile: they are re-laid per group first (tile_group_scales)."""
-    require_built(cc)
+    require_built(fp4, cc)
     for m, n in [(256, 4096), (128, 128), (200, 4096), (256, 4104), (1, 8), (77, 200)]:
-        assert backend(fp4, cc, fmt, m=m, n=n, grouping=grouping) == BACKENDS[cc], f"{m=} {n=}"
-    assert backend(fp4, cc, fmt, k=48, grouping=grouping) != BACKENDS[cc]  # 24-byte NVFP4 rows
+        assert dispatched(fp4, cc, fmt, m=m, n=n, grouping=grouping) == BACKENDS[cc], f"{m=} {n=}"
+    assert dispatched(fp4, cc, fmt, m=256, k=48, grouping=grouping) != BACKENDS[cc]  # 24-byte NVFP4 rows
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -334,13 +320,13 @@ def test_backend_serves_groups_of_any_rows_and_n(fp4, cc, fmt, grouping):
 def test_backend_serves_contiguous_groups_of_any_rows(fp4, cc, fmt):
     """Contiguous experts start anywhere: their A scales are re-laid onto tiles of their own first
     (tile_group_scales from the expert ids), and the weights' too where N is not a multiple of 128."""
-    require_built(cc)
+    require_built(fp4, cc)
     for m in (256, 200, 100_000):
-        assert backend(fp4, cc, fmt, m=m, grouping="contiguous") == BACKENDS[cc], f"{m=}"
+        assert dispatched(fp4, cc, fmt, m=m, grouping="contiguous") == BACKENDS[cc], f"{m=}"
     # one row per expert on average is the decode step: the skinny kernels take it on every arch
-    assert backend(fp4, cc, fmt, m=1, grouping="contiguous") == "skinny"
-    assert backend(fp4, cc, fmt, n=4104, grouping="contiguous") == BACKENDS[cc]
-    assert backend(fp4, cc, fmt, k=48, grouping="contiguous") != BACKENDS[cc]  # 24-byte NVFP4 rows
+    assert dispatched(fp4, cc, fmt, m=1, grouping="contiguous") == "skinny"
+    assert dispatched(fp4, cc, fmt, m=256, n=4104, grouping="contiguous") == BACKENDS[cc]
+    assert dispatched(fp4, cc, fmt, m=256, k=48, grouping="contiguous") != BACKENDS[cc]  # 24-byte NVFP4 rows
 
 
 @pytest.mark.parametrize("b_format", ["nvfp4", "mxfp4"])
@@ -348,9 +334,9 @@ def test_backend_serves_contiguous_groups_of_any_rows(fp4, cc, fmt):
 @pytest.mark.parametrize("cc", BLACKWELL)
 def test_grouped_w4a16_of_any_rows_per_group_runs_the_skinny_kernel_in_16_row_chunks(fp4, cc, grouping, b_format):
     """No Blackwell kernel reads a bf16 A: the skinny kernel walks each group in 16-row chunks."""
-    require_built(cc)
+    require_built(fp4, cc)
     for m in (1, 16, 17, 64, 256):
-        assert backend(fp4, cc, "bf16", b_format, m=m, grouping=grouping) == "skinny", f"{m=}"
+        assert dispatched(fp4, cc, "bf16", b_format, m=m, grouping=grouping) == "skinny", f"{m=}"
 
 
 @pytest.mark.parametrize("grouping", ["masked", "contiguous"])
@@ -358,9 +344,9 @@ def test_grouped_w4a16_of_any_rows_per_group_runs_the_skinny_kernel_in_16_row_ch
 def test_grouped_nvfp4_outputs_stay_with_the_reference(fp4, cc, grouping):
     """The staged backend's quantizer would write the rows a group does not own; batched problems own
     every row."""
-    require_built(cc)
-    assert backend(fp4, cc, grouping="batched", out_format="nvfp4_from_fp16") == "staged"
-    assert backend(fp4, cc, grouping=grouping, out_format="nvfp4_from_fp16") == ""
+    require_built(fp4, cc)
+    assert dispatched(fp4, cc, m=256, grouping="batched", out_format="nvfp4_from_fp16") == "staged"
+    assert dispatched(fp4, cc, m=256, grouping=grouping, out_format="nvfp4_from_fp16") == ""
 
 
 @pytest.mark.parametrize(
@@ -376,32 +362,33 @@ def test_grouped_nvfp4_outputs_stay_with_the_reference(fp4, cc, grouping):
 )
 @pytest.mark.parametrize("cc", BLACKWELL)
 def test_backend_leaves_other_kinds_to_other_backends(fp4, cc, kind):
-    require_built(cc)
-    assert backend(fp4, cc, **kind) != BACKENDS[cc]
+    require_built(fp4, cc)
+    kind = {"m": 256} | kind
+    assert dispatched(fp4, cc, **kind) != BACKENDS[cc], f"sm_{cc} {kind}"
 
 
 @pytest.mark.parametrize("cc", BLACKWELL)
 def test_backend_needs_16_byte_tma_rows(fp4, cc):
-    require_built(cc)
-    assert backend(fp4, cc, k=48) != BACKENDS[cc]  # 24-byte NVFP4 rows of A and B
-    assert backend(fp4, cc, k=32) == BACKENDS[cc]
-    assert backend(fp4, cc, n=12) != BACKENDS[cc]  # 24-byte bf16 rows of D
-    assert backend(fp4, cc, n=8) == BACKENDS[cc]
+    require_built(fp4, cc)
+    assert dispatched(fp4, cc, m=256, k=48) != BACKENDS[cc]  # 24-byte NVFP4 rows of A and B
+    assert dispatched(fp4, cc, m=256, k=32) == BACKENDS[cc]
+    assert dispatched(fp4, cc, m=256, n=12) != BACKENDS[cc]  # 24-byte bf16 rows of D
+    assert dispatched(fp4, cc, m=256, n=8) == BACKENDS[cc]
 
 
 @pytest.mark.parametrize("cc", BLACKWELL)
 def test_backend_serves_every_m_above_the_skinny_tier(fp4, cc):
     """M <= 16 goes to the skinny kernels first (lower priority number) where they serve it."""
-    require_built(cc)
-    assert [backend(fp4, cc, m=m) for m in (17, 128, 129, 100_000)] == [BACKENDS[cc]] * 4
-    assert backend(fp4, cc, m=1) != ""
+    require_built(fp4, cc)
+    assert [dispatched(fp4, cc, m=m) for m in (17, 128, 129, 100_000)] == [BACKENDS[cc]] * 4
+    assert dispatched(fp4, cc, m=1) != ""
 
 
 @pytest.mark.parametrize("cc", BLACKWELL)
 def test_backends_run_only_on_their_own_arch(fp4, cc):
-    require_built(cc)
-    assert backend(fp4, 90) != BACKENDS[cc]
-    assert all(backend(fp4, other) != BACKENDS[cc] for other in BLACKWELL if other != cc)
+    require_built(fp4, cc)
+    assert dispatched(fp4, 90, m=256, unbuilt=True) != BACKENDS[cc]
+    assert all(dispatched(fp4, other, m=256, unbuilt=True) != BACKENDS[cc] for other in BLACKWELL if other != cc)
 
 
 @pytest.mark.parametrize(
@@ -417,7 +404,7 @@ def test_backends_run_only_on_their_own_arch(fp4, cc):
 )
 @pytest.mark.parametrize("cc", BLACKWELL)
 def test_capabilities_call_the_served_functions_compile_verified(fp4, cc, function):
-    require_built(cc)
+    require_built(fp4, cc)
     assert fp4.capabilities()["functions"][function][f"sm_{cc}"] == "native (compile-verified)"
 
 
@@ -427,8 +414,8 @@ def test_capabilities_call_the_served_functions_compile_verified(fp4, cc, functi
 @pytest.mark.parametrize("cc", BLACKWELL)
 def test_backend_serves_every_bias_dtype_in_every_output_type(fp4, cc, grouping, out_format, bias):
     """The epilogue reads the bias as float32, a bf16 or fp16 one widened into scratch first."""
-    require_built(cc)
-    assert backend(fp4, cc, grouping=grouping, out_format=out_format, bias=bias) == BACKENDS[cc]
+    require_built(fp4, cc)
+    assert dispatched(fp4, cc, m=256, grouping=grouping, out_format=out_format, bias=bias) == BACKENDS[cc]
 
 
 @pytest.mark.parametrize(
@@ -436,7 +423,7 @@ def test_backend_serves_every_bias_dtype_in_every_output_type(fp4, cc, grouping,
 )
 @pytest.mark.parametrize("cc", BLACKWELL)
 def test_capabilities_call_bias_functions_compile_verified_for_every_bias_dtype(fp4, cc, function):
-    require_built(cc)
+    require_built(fp4, cc)
     calls = fp4._capabilities.gemm_calls(function)
     assert {call.bias.dtype for call in calls} == {torch.bfloat16, torch.float16, torch.float32}
     assert all(call.backend(cc) != "" for call in calls)

@@ -15,7 +15,7 @@ import re
 import pytest
 import torch
 from api_cases import CASES, make_call, nvfp4_operand
-from cases import ARCH_CAPABILITIES, build_capabilities, compute_capability
+from cases import ARCH_CAPABILITIES, build_capabilities, compute_capability, require_built
 from checks import OpRecorder
 from conftest import variant_metadata
 
@@ -159,8 +159,7 @@ def test_capabilities_quantizers_are_native_on_every_built_arch(fp4, name):
 
 @pytest.mark.parametrize("name", GEMMS)
 def test_capabilities_hopper_engine_and_staged_gemms_are_native_on_sm90_and_the_rest_reference(fp4, name):
-    if "sm_90" not in built_archs():
-        pytest.skip("this build has no sm_90 code")
+    require_built(fp4, 90)
     expected = "native" if name in HOPPER_ENGINE + STAGED else "reference"
     assert fp4.capabilities()["functions"][name]["sm_90"] == expected, name
 
@@ -169,8 +168,7 @@ def test_capabilities_hopper_engine_and_staged_gemms_are_native_on_sm90_and_the_
 @pytest.mark.parametrize("name", BLACKWELL_GROUPED)
 def test_capabilities_grouped_gemms_are_compile_verified_on_blackwell(fp4, name, arch):
     # the backend query gives grouped kinds a group geometry (8 groups of 256 rows), as a real call has
-    if arch not in built_archs():
-        pytest.skip(f"this build has no {ARCHS[arch]} code")
+    require_built(fp4, compute_capability(ARCHS[arch]))
     assert fp4.capabilities()["functions"][name][arch] == "native (compile-verified)", f"{name} on {arch}"
 
 
@@ -490,8 +488,7 @@ def test_m256_tier_m_min_is_enforced(fp4):
 @pytest.mark.parametrize("arch", BLACKWELL)
 @pytest.mark.parametrize("name", STAGED)
 def test_capabilities_staged_gemms_are_compile_verified_on_blackwell(fp4, name, arch):
-    if arch not in built_archs():
-        pytest.skip(f"this build has no {arch} code")
+    require_built(fp4, compute_capability(ARCHS[arch]))
     assert fp4.capabilities()["functions"][name][arch] == "native (compile-verified)", name
 
 

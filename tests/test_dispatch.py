@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from cases import require_built
 from conftest import ROOT, requires_repo_file
 
 pytestmark = pytest.mark.kernels_ci
@@ -71,7 +72,17 @@ def test_dispatch_choice_is_a_backend_that_can_serve_the_call(fp4, m):
 def test_gemm_on_reaches_a_backend_the_table_does_not_pick(fp4):
     """The composition can serve a dense NVFP4 GEMM of 256 rows; on sm_90 the table gives it to the
     engine, and gemm_on still reaches it (tests hold every capable backend to the reference)."""
-    if 90 not in fp4.ops.gemm_backend_archs():
-        pytest.skip("this build has no sm_90 code (built with --archs)")
+    require_built(fp4, 90)
     call = fp4._gemm.described_call("nvfp4", m=256, n=4096, k=4096)
     assert call.backend(90) == "sm90_engine" and "composition" in call.backends(90)
+
+
+def test_capabilities_say_what_each_variant_id_runs_on_each_arch(fp4):
+    """flashrt's ids 0, 1, 2 ("default", "widen", "pingpong") name a tile each arch has: sm_90 has no
+    pingpong kernel, its id 2 is the 64-row tile."""
+    caps = fp4.capabilities()
+    explicit = set(caps["variant_names"]) - {-1}
+    assert set(caps["variant_tiles"]) == set(caps["variants"])
+    assert all(set(tiles) == explicit for tiles in caps["variant_tiles"].values())
+    assert caps["variant_tiles"]["sm_90"][2].startswith("64 x 256")
+    assert caps["variant_tiles"]["sm_120"][2].startswith("pingpong")

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cases import dispatched
 from checks import assert_bitwise_equal, assert_nvfp4_output_within_bound, assert_within_bound, poisoned_like
-from conftest import requires_sm90
+from conftest import requires_arch
 
 # (A, B) formats the dequantize op decodes, and bf16 activations with 4-bit weights (W4A16)
 PAIRS = [
@@ -30,17 +31,6 @@ PAIRS = [
 ]
 BLACKWELL = [100, 110, 120]
 OUT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def require_archs(fp4, *archs: int) -> None:
-    missing = set(archs) - set(fp4.ops.gemm_backend_archs())
-    if missing:
-        pytest.skip(f"this build has no code for {sorted(missing)} (built with --archs)")
-
-
-def backend(fp4, cc: int, a_format: str, b_format: str, m: int, n: int = 4096, k: int = 4096, **kind) -> str:
-    require_archs(fp4, cc)
-    return fp4._gemm.described_call(a_format, b_format, m=m, n=n, k=k, **kind).backend(cc)
 
 
 # ---- where dispatch takes it (host-side: runs without a GPU) -------------------------------------
@@ -63,7 +53,7 @@ HOPPER_MIN_ROWS = {
 def test_hopper_dispatches_dense_gemms_to_the_composition_from_the_measured_rows(fp4, pair):
     rows = HOPPER_MIN_ROWS[pair]
     for m in (rows, rows + 1, 4096):
-        assert backend(fp4, 90, *pair, m=m) == "composition", f"{m=}"
+        assert dispatched(fp4, 90, *pair, m=m) == "composition", f"{m=}"
 
 
 @pytest.mark.kernels_ci
@@ -71,61 +61,61 @@ def test_hopper_dispatches_dense_gemms_to_the_composition_from_the_measured_rows
 def test_hopper_keeps_dense_gemms_below_the_measured_rows_on_its_engine(fp4, pair):
     # from 65 rows: up to 64 the skinny tier may take them (test_gemm_skinny)
     for m in (65, 256, HOPPER_MIN_ROWS[pair] - 1):
-        assert backend(fp4, 90, *pair, m=m) == "sm90_engine", f"{m=}"
+        assert dispatched(fp4, 90, *pair, m=m) == "sm90_engine", f"{m=}"
 
 
 def test_hopper_keeps_the_engines_own_bf16_gemm(fp4):
-    assert backend(fp4, 90, "bf16", "bf16", m=4096) == "sm90_engine"
+    assert dispatched(fp4, 90, "bf16", "bf16", m=4096) == "sm90_engine"
 
 
 @pytest.mark.parametrize("b_format", ["mxfp8", "e0m3"])
 def test_hopper_serves_bf16_activations_its_engine_does_not_read_above_16_rows(fp4, b_format):
-    assert backend(fp4, 90, "bf16", b_format, m=17) == "composition"
-    assert backend(fp4, 90, "bf16", b_format, m=16) != "composition"
+    assert dispatched(fp4, 90, "bf16", b_format, m=17) == "composition"
+    assert dispatched(fp4, 90, "bf16", b_format, m=16) != "composition"
 
 
 def test_k_tails_the_engine_cannot_load_are_served_from_the_measured_rows(fp4):
     # 24-byte NVFP4 rows: no TMA for the engine; the dequantize kernel reads them
-    assert backend(fp4, 90, "nvfp4", "nvfp4", m=1024, k=48) == "composition"
-    assert backend(fp4, 90, "nvfp4", "nvfp4", m=64, k=48) == ""
+    assert dispatched(fp4, 90, "nvfp4", "nvfp4", m=1024, k=48) == "composition"
+    assert dispatched(fp4, 90, "nvfp4", "nvfp4", m=64, k=48) == ""
 
 
 @pytest.mark.parametrize("activation", ["gelu", "relu2"])
 def test_activations_are_left_to_the_engine(fp4, activation):
     """cuBLASLt's GELU is the tanh form; the contract's is the erf form."""
-    assert backend(fp4, 90, "nvfp4", "nvfp4", m=4096, activation=activation) == "sm90_engine"
+    assert dispatched(fp4, 90, "nvfp4", "nvfp4", m=4096, activation=activation) == "sm90_engine"
 
 
 @pytest.mark.parametrize("grouping", ["batched", "contiguous", "masked"])
 def test_grouped_gemms_are_not_served(fp4, grouping):
-    assert backend(fp4, 90, "nvfp4", "nvfp4", m=1024, grouping=grouping) != "composition"
+    assert dispatched(fp4, 90, "nvfp4", "nvfp4", m=1024, grouping=grouping) != "composition"
 
 
 def test_fp16_outputs_are_served_where_both_operands_are_exact_in_fp16(fp4):
     """NVFP4 and E0M3 values (UE4M3 scales) are exact in fp16; MX values (UE8M0 scales) are not."""
-    assert backend(fp4, 90, "nvfp4", "nvfp4", m=4096, out_format="fp16") == "composition"
-    assert backend(fp4, 90, "nvfp4", "e0m3", m=4096, out_format="fp16") == "composition"
-    assert backend(fp4, 90, "mxfp8", "mxfp8", m=4096, out_format="fp16") == "sm90_engine"
-    assert backend(fp4, 90, "bf16", "nvfp4", m=4096, out_format="fp16") == "sm90_engine"
+    assert dispatched(fp4, 90, "nvfp4", "nvfp4", m=4096, out_format="fp16") == "composition"
+    assert dispatched(fp4, 90, "nvfp4", "e0m3", m=4096, out_format="fp16") == "composition"
+    assert dispatched(fp4, 90, "mxfp8", "mxfp8", m=4096, out_format="fp16") == "sm90_engine"
+    assert dispatched(fp4, 90, "bf16", "nvfp4", m=4096, out_format="fp16") == "sm90_engine"
 
 
 @pytest.mark.parametrize("out_format", ["nvfp4", "nvfp4_from_fp16"])
 def test_nvfp4_outputs_stay_staged(fp4, out_format):
-    assert backend(fp4, 90, "nvfp4", "nvfp4", m=4096, out_format=out_format) == "staged"
+    assert dispatched(fp4, 90, "nvfp4", "nvfp4", m=4096, out_format=out_format) == "staged"
 
 
 @pytest.mark.parametrize("cc", BLACKWELL)
 @pytest.mark.parametrize("b_format", ["nvfp4", "mxfp4"])
 def test_blackwell_serves_bf16_activations_above_the_skinny_tier(fp4, cc, b_format):
-    assert backend(fp4, cc, "bf16", b_format, m=17) == "composition"
-    assert backend(fp4, cc, "bf16", b_format, m=4096) == "composition"
-    assert backend(fp4, cc, "bf16", b_format, m=16) != "composition"
+    assert dispatched(fp4, cc, "bf16", b_format, m=17) == "composition"
+    assert dispatched(fp4, cc, "bf16", b_format, m=4096) == "composition"
+    assert dispatched(fp4, cc, "bf16", b_format, m=16) != "composition"
 
 
 @pytest.mark.parametrize("cc", BLACKWELL)
 @pytest.mark.parametrize("fmt", ["mxfp8", "mxfp4", "nvfp4"])
 def test_blackwell_keeps_its_block_scaled_kernels(fp4, cc, fmt):
-    assert backend(fp4, cc, fmt, fmt, m=4096) == f"sm{cc}_cutlass"
+    assert dispatched(fp4, cc, fmt, fmt, m=4096) == f"sm{cc}_cutlass"
 
 
 # ---- results on the H200 -------------------------------------------------------------------------
@@ -167,7 +157,7 @@ def shape_id(shape: tuple[int, int, int]) -> str:
 SHAPES = [(1024, 256, 512), (1031, 257, 96), (2500, 130, 352), (4100, 77, 1056)]
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("pair", PAIRS, ids="x".join)
 @pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
 def test_every_format_is_within_the_bound(fp4, ref, pair, shape):
@@ -180,7 +170,7 @@ def test_every_format_is_within_the_bound(fp4, ref, pair, shape):
     assert_within_bound(out, 0.5 * (a64 @ b64.T), 0.5 * a64, b64, f"{pair} {m=} {n=} {k=}")
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("pair", [("nvfp4", "nvfp4"), ("nvfp4", "e0m3"), ("e0m3", "e0m3")], ids="x".join)
 def test_fp16_outputs_of_ue4m3_scaled_operands_are_within_the_bound(fp4, ref, pair):
     m, n, k = 1031, 257, 96
@@ -191,14 +181,14 @@ def test_fp16_outputs_of_ue4m3_scaled_operands_are_within_the_bound(fp4, ref, pa
     assert_within_bound(out, 0.5 * (a64 @ b64.T), 0.5 * a64, b64, f"fp16 {pair} {m=} {n=} {k=}")
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("b_format", ["mxfp8", "e0m3"])
 @pytest.mark.parametrize("shape", [(17, 96, 64), (300, 257, 96), (1031, 130, 352)], ids=shape_id)
 def test_bf16_activations_the_engine_does_not_read_are_within_the_bound(fp4, ref, b_format, shape):
     """Dispatch takes these from 17 rows on: the one region the H200 runs below 1024 rows."""
     m, n, k = shape
     pair = ("bf16", b_format)
-    assert backend(fp4, 90, *pair, m=m, n=n, k=k) == "composition"
+    assert dispatched(fp4, 90, *pair, m=m, n=n, k=k) == "composition", f"{pair} {m=} {n=} {k=}"
     a, sfa, a64 = operand(ref, pair[0], m, k, seed=19)
     b, sfb, b64 = operand(ref, pair[1], n, k, seed=20, scale=0.05)
     out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
@@ -206,7 +196,7 @@ def test_bf16_activations_the_engine_does_not_read_are_within_the_bound(fp4, ref
     assert_within_bound(out, 2.0 * (a64 @ b64.T), 2.0 * a64, b64, f"{pair} {m=} {n=} {k=}")
 
 
-@requires_sm90
+@requires_arch(90)
 def test_nvfp4_rows_of_24_bytes_are_within_the_bound(fp4, ref):
     m, n, k = 1100, 63, 48
     a, sfa, a64 = operand(ref, "nvfp4", m, k, seed=1)
@@ -216,7 +206,7 @@ def test_nvfp4_rows_of_24_bytes_are_within_the_bound(fp4, ref):
     assert_within_bound(out, a64 @ b64.T, a64, b64, f"{m=} {n=} {k=}")
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("out_format", ["bf16", "fp16"])
 @pytest.mark.parametrize("epilogue", ["bias", "residual", "bias_residual"])
 def test_bias_and_residual_are_added_before_the_one_rounding(fp4, ref, out_format, epilogue):
@@ -237,7 +227,7 @@ def test_bias_and_residual_are_added_before_the_one_rounding(fp4, ref, out_forma
     assert_within_bound(out, expected, 1.5 * a64, b64, f"{epilogue} {out_format} {m=} {n=} {k=}")
 
 
-@requires_sm90
+@requires_arch(90)
 def test_alpha_tensor_and_alpha_scale_multiply(fp4, ref):
     m, n, k = 1024, 128, 128
     pair = ("mxfp8", "mxfp8")
@@ -250,7 +240,7 @@ def test_alpha_tensor_and_alpha_scale_multiply(fp4, ref):
         assert_within_bound(out, factor * (a64 @ b64.T), abs(factor) * a64, b64, f"alpha {factor} {m=} {n=} {k=}")
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("pair", PAIRS[:5], ids="x".join)
 def test_nan_scales_give_nan_exactly_where_the_reference_has_it(fp4, ref, pair):
     m, n, k = 1024, 200, 256
@@ -270,7 +260,7 @@ def test_nan_scales_give_nan_exactly_where_the_reference_has_it(fp4, ref, pair):
     assert_within_bound(out[rows][:, cols], finite, a64[rows], b64[cols], f"NaN scales {pair} {m=} {n=} {k=}")
 
 
-@requires_sm90
+@requires_arch(90)
 def test_bias_of_another_dtype_than_the_output_is_refused(fp4, ref):
     """cuBLASLt reads the bias in the output's type: a float32 bias would be rounded first."""
     a, sfa, _ = operand(ref, "nvfp4", 1024, 64, seed=10)
@@ -280,7 +270,7 @@ def test_bias_of_another_dtype_than_the_output_is_refused(fp4, ref):
         composition(fp4, a, a, sfa, sfa, ("nvfp4", "nvfp4"), out, bias=bias)
 
 
-@requires_sm90
+@requires_arch(90)
 def test_runs_are_bitwise_equal_and_replay_in_a_cuda_graph(fp4, ref):
     m, n, k = 2048, 768, 1024
     pair = ("nvfp4", "nvfp4")
@@ -302,12 +292,12 @@ def test_runs_are_bitwise_equal_and_replay_in_a_cuda_graph(fp4, ref):
     assert_bitwise_equal(out, first, "graph replay")
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("mode", ["w8a8-mxfp8", "w4a4-mxfp4", "w4a4-nvfp4"])
 def test_dense_gemm_from_1024_rows_runs_the_composition_within_the_bound(fp4, ref, mode):
     m, n, k = 1500, 384, 512
     fmt = {"w8a8-mxfp8": "mxfp8", "w4a4-mxfp4": "mxfp4", "w4a4-nvfp4": "nvfp4"}[mode]
-    assert backend(fp4, 90, fmt, fmt, m=m, n=n, k=k) == "composition"
+    assert dispatched(fp4, 90, fmt, fmt, m=m, n=n, k=k) == "composition", f"{fmt} {m=} {n=} {k=}"
     a, sfa, a64 = operand(ref, fmt, m, k, seed=13)
     b, sfb, b64 = operand(ref, fmt, n, k, seed=14, scale=0.05)
     bias = torch.randn(n, device="cuda").to(torch.bfloat16)
@@ -316,7 +306,7 @@ def test_dense_gemm_from_1024_rows_runs_the_composition_within_the_bound(fp4, re
     assert_within_bound(out, 0.75 * (a64 @ b64.T) + bias.double(), 0.75 * a64, b64, f"{mode} {m=} {n=} {k=}")
 
 
-@requires_sm90
+@requires_arch(90)
 def test_nvfp4_output_from_1024_rows_quantizes_the_composition_float32_result(fp4, ref):
     m, n, k = 1024, 256, 512
     # no spread of row magnitudes: every output block stays above NVFP4's smallest nonzero scale

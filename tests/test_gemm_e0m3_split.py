@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cases import dispatched
 from checks import assert_bitwise_equal, assert_within_bound, poisoned_like
-from conftest import requires_sm90
+from conftest import requires_arch
 
 pytestmark = pytest.mark.kernels_ci
 
@@ -57,10 +58,6 @@ def e0m3_call(fp4, a, b, sfa, sfb, a_format: str, out: torch.Tensor, alpha_scale
     )
 
 
-def backend(fp4, cc: int, a_format: str, m: int, n: int = 4096, k: int = 4096) -> str:
-    return fp4._gemm.described_call(a_format, "e0m3", m=m, n=n, k=k, out_format="fp16").backend(cc)
-
-
 # ---- host-side --------------------------------------------------------------------------------
 
 
@@ -84,31 +81,22 @@ def test_reference_gemm_of_the_split_operands_is_the_e0m3_gemm(ref, a_format):
     torch.testing.assert_close(split, expected, rtol=1e-12, atol=0)
 
 
-def require_archs(fp4, *archs: int) -> None:
-    missing = set(archs) - set(fp4._ops.ops.gemm_backend_archs())
-    if missing:
-        pytest.skip(f"this build has no code for {sorted(missing)}")
-
-
 @pytest.mark.parametrize("cc", [100, 110, 120])
 @pytest.mark.parametrize("a_format", ["nvfp4", "e0m3"])
 def test_blackwell_runs_e0m3_through_the_split_above_the_skinny_tiers(fp4, cc, a_format):
-    require_archs(fp4, cc)
-    assert backend(fp4, cc, a_format, m=256) == "e0m3_split"
-    assert backend(fp4, cc, a_format, m=17) == "e0m3_split"
-    assert backend(fp4, cc, a_format, m=16) == "skinny"
+    for m, served in [(256, "e0m3_split"), (17, "e0m3_split"), (16, "skinny")]:
+        assert dispatched(fp4, cc, a_format, "e0m3", m=m, out_format="fp16") == served, f"sm_{cc} {m=}"
 
 
 @pytest.mark.parametrize("a_format", ["nvfp4", "e0m3"])
 def test_hopper_keeps_e0m3_on_its_engine(fp4, a_format):
-    require_archs(fp4, 90)
-    assert backend(fp4, 90, a_format, m=256) == "sm90_engine"
+    assert dispatched(fp4, 90, a_format, "e0m3", m=256, out_format="fp16") == "sm90_engine"
 
 
 # ---- results on the H200: the backend by name, on the Hopper engine's NVFP4 GEMM --------------
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("a_format", ["nvfp4", "e0m3"])
 @pytest.mark.parametrize("mnk", [(130, 256, 512), (17, 64, 48), (300, 136, 272), (40, 24, 16)], ids=str)
 def test_split_backend_is_within_the_bound_over_k_prime_terms(fp4, ref, a_format, mnk):
@@ -128,7 +116,7 @@ def test_split_backend_is_within_the_bound_over_k_prime_terms(fp4, ref, a_format
     assert_bitwise_equal(outs[1], outs[0], "second run")
 
 
-@requires_sm90
+@requires_arch(90)
 def test_gemm_on_refuses_a_backend_that_does_not_serve_the_problem(fp4, ref):
     a, sfa = (t.cuda() for t in operand(ref, "nvfp4", 32, 64, seed=3))
     out = torch.empty(32, 32, dtype=torch.float16, device="cuda")

@@ -13,17 +13,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cases import dispatched
 from checks import POISON_BYTE, assert_bitwise_equal, assert_within_bound, poisoned_like
-from conftest import requires_sm90
+from conftest import requires_arch
 
 MODES = {"w8a8-mxfp8": "mxfp8", "w4a4-mxfp4": "mxfp4", "w4a4-nvfp4": "nvfp4"}
 GROUPINGS = ("batched", "masked", "contiguous")
-
-
-def backend(fp4, grouping: str, fmt: str, rows: int, n: int, k: int) -> str:
-    if 90 not in fp4._ops.ops.gemm_backend_archs():
-        pytest.skip("this build has no sm_90 code (built with --archs)")
-    return fp4._gemm.described_call(fmt, m=rows, n=n, k=k, grouping=grouping).backend(90)
 
 
 # ---- which problems the engine serves (host-side: runs without a GPU) ---------------------------
@@ -32,16 +27,16 @@ def backend(fp4, grouping: str, fmt: str, rows: int, n: int, k: int) -> str:
 @pytest.mark.parametrize("grouping", GROUPINGS)
 @pytest.mark.parametrize("fmt", list(MODES.values()))
 def test_engine_serves_grouped_gemms_of_every_mode(fp4, grouping, fmt):
-    assert backend(fp4, grouping, fmt, 256, 4096, 7168) == "sm90_engine"
+    assert dispatched(fp4, 90, fmt, m=256, n=4096, k=7168, grouping=grouping) == "sm90_engine"
 
 
 @pytest.mark.parametrize("grouping", GROUPINGS)
 def test_engine_serves_groups_whose_rows_and_n_are_not_tile_multiples(fp4, grouping):
-    assert backend(fp4, grouping, "nvfp4", 200, 2880, 2880) == "sm90_engine"
+    assert dispatched(fp4, 90, m=200, n=2880, k=2880, grouping=grouping) == "sm90_engine"
 
 
 def test_engine_leaves_grouped_rows_of_16_byte_misaligned_k_to_the_reference(fp4):
-    assert backend(fp4, "masked", "nvfp4", 256, 256, 48) == ""
+    assert dispatched(fp4, 90, m=256, n=256, k=48, grouping="masked") == ""
 
 
 # ---- operands and expectations ------------------------------------------------------------------
@@ -112,7 +107,7 @@ def check_masked(fp4, ref, mode, experts, max_m, counts, n, k, seed=0) -> None:
 # ---- masked -------------------------------------------------------------------------------------
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize(
     "experts,max_m", [(1, 1), (3, 7), (8, 128), (3, 200), (1, 1000), (64, 16)], ids=lambda v: str(v)
@@ -124,7 +119,7 @@ def test_masked_gemm_owned_rows_are_within_the_bound(fp4, ref, mode, experts, ma
     check_masked(fp4, ref, mode, experts, max_m, counts, 256, 512)
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("nk", [(1, 32), (8, 64), (2880, 2880), (4096, 7168)], ids=lambda s: f"n{s[0]}k{s[1]}")
 def test_masked_gemm_smallest_and_large_n_and_k_are_within_the_bound(fp4, ref, mode, nk):
@@ -132,18 +127,18 @@ def test_masked_gemm_smallest_and_large_n_and_k_are_within_the_bound(fp4, ref, m
     check_masked(fp4, ref, mode, 3, 200, [200, 57, 129], n, k)
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("mode", list(MODES))
 def test_masked_gemm_clamps_counts_above_max_m_and_below_zero(fp4, ref, mode):
     check_masked(fp4, ref, mode, 4, 200, [500, -3, 0, 200], 384, 256)
 
 
-@requires_sm90
+@requires_arch(90)
 def test_masked_gemm_with_every_count_zero_writes_nothing(fp4, ref):
     check_masked(fp4, ref, "w4a4-nvfp4", 8, 64, [0] * 8, 256, 256)
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("mode", list(MODES))
 def test_masked_gemm_one_hot_expert_and_the_rest_empty(fp4, ref, mode):
     check_masked(fp4, ref, mode, 8, 1000, [0, 0, 0, 1000, 0, 0, 0, 0], 512, 512)
@@ -152,7 +147,7 @@ def test_masked_gemm_one_hot_expert_and_the_rest_empty(fp4, ref, mode):
 # ---- batched ------------------------------------------------------------------------------------
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("batches,m", [(1, 1), (3, 7), (8, 128), (3, 200), (2, 1000)], ids=lambda v: str(v))
 def test_batch_gemm_is_within_the_bound(fp4, ref, mode, batches, m):
@@ -197,7 +192,7 @@ CONTIGUOUS_LAYOUTS = {
 }
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("layout", list(CONTIGUOUS_LAYOUTS))
 def test_contiguous_gemm_owned_rows_are_within_the_bound(fp4, ref, mode, layout):
@@ -205,7 +200,7 @@ def test_contiguous_gemm_owned_rows_are_within_the_bound(fp4, ref, mode, layout)
     check_contiguous(fp4, ref, mode, experts, contiguous_ids(runs), 320, 256, layout)
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("nk", [(1, 32), (2880, 2880)], ids=lambda s: f"n{s[0]}k{s[1]}")
 def test_contiguous_gemm_smallest_and_large_n_and_k_are_within_the_bound(fp4, ref, nk):
     n, k = nk
@@ -213,13 +208,13 @@ def test_contiguous_gemm_smallest_and_large_n_and_k_are_within_the_bound(fp4, re
     check_contiguous(fp4, ref, "w4a4-nvfp4", 3, ids, n, k, f"n={n} k={k}")
 
 
-@requires_sm90
+@requires_arch(90)
 def test_contiguous_gemm_skips_ids_out_of_range(fp4, ref):
     ids = contiguous_ids([(0, 40), (7, 20), (-5, 10), (1, 30)])  # 7 and -5 name no expert of 2
     check_contiguous(fp4, ref, "w4a4-nvfp4", 2, ids, 256, 256, "out-of-range ids")
 
 
-@requires_sm90
+@requires_arch(90)
 def test_contiguous_gemm_unsorted_ids_write_no_row_wrong(fp4, ref, monkeypatch):
     # docs/API.md: unsorted ids break the contract; without FP4_GEMM_DEBUG they are not checked on
     # CUDA, and every row is then either left as it was or holds its own expert's result
@@ -235,7 +230,7 @@ def test_contiguous_gemm_unsorted_ids_write_no_row_wrong(fp4, ref, monkeypatch):
         assert_group_rows(out, a_dq, w, e, ((ids == e) & written).nonzero().flatten(), "unsorted ids")
 
 
-@requires_sm90
+@requires_arch(90)
 def test_contiguous_gemm_unsorted_ids_raise_under_debug(fp4, ref, monkeypatch):
     monkeypatch.setenv("FP4_GEMM_DEBUG", "1")
     mode = "w4a4-nvfp4"
@@ -250,7 +245,7 @@ def test_contiguous_gemm_unsorted_ids_raise_under_debug(fp4, ref, monkeypatch):
 # ---- determinism and CUDA graphs ----------------------------------------------------------------
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("mode", list(MODES))
 def test_masked_gemm_replays_in_a_graph_with_new_counts(fp4, ref, mode):
     experts, max_m, n, k = 8, 200, 512, 1024
@@ -280,7 +275,7 @@ def test_masked_gemm_replays_in_a_graph_with_new_counts(fp4, ref, mode):
     assert_untouched(out, owned, "replay with new counts")
 
 
-@requires_sm90
+@requires_arch(90)
 def test_contiguous_gemm_replays_in_a_graph_with_new_ids(fp4, ref):
     mode, experts, n, k = "w8a8-mxfp8", 4, 384, 512
     ids = contiguous_ids([(0, 100), (-1, 28), (1, 200), (3, 56)])
@@ -346,7 +341,7 @@ def assert_moe_layer_within_the_bound(ref, layer: MoeLayer, r: dict[str, torch.T
         assert_group_rows(r["out"], act, layer.down, g, rows[g], f"{what} down")
 
 
-@requires_sm90
+@requires_arch(90)
 def test_moe_layer_replays_in_a_graph_with_changing_routing(fp4, ref):
     tokens, experts, topk, hidden, inter, max_tokens = 192, 8, 2, 512, 256, 128
     layer = MoeLayer(fp4, ref, experts, hidden, inter, max_tokens)
@@ -376,7 +371,7 @@ def test_moe_layer_replays_in_a_graph_with_changing_routing(fp4, ref):
 # ---- W4A16: bf16 activations, grouped 4-bit weights -------------------------------------------------
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("b_format", ["nvfp4", "mxfp4"])
 def test_masked_gemm_of_bf16_activations_is_within_the_bound(fp4, ref, b_format):
     experts, max_m, n, k = 3, 200, 320, 512

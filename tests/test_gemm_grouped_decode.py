@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cases import dispatched
 from checks import POISON_BYTE, assert_bitwise_equal
-from conftest import requires_cuda
+from conftest import requires_arch
 from decode_cases import (
     EXPERT_SHAPES,
     MODES,
     assert_close_to,
-    backend,
     epilogue_bound,
     gemm,
     gpu_activation,
@@ -39,13 +39,14 @@ GROUPINGS = ("batched", "masked", "contiguous")
 @pytest.mark.parametrize("pair", [(f, f) for f in MODES] + [("bf16", "nvfp4"), ("bf16", "mxfp4")], ids="-".join)
 def test_skinny_serves_groups_of_up_to_16_rows(fp4, pair, grouping, cc):
     for m in (1, 4, 8, 16):
-        assert backend(fp4, *pair, m=m, n=4096, k=7168, cc=cc, grouping=grouping) == "skinny", f"{m=}"
+        got = dispatched(fp4, cc, *pair, m=m, n=4096, k=7168, grouping=grouping, unbuilt=True)
+        assert got == "skinny", f"{m=} n=4096 k=7168"
 
 
 @pytest.mark.parametrize("grouping", GROUPINGS)
 def test_skinny_leaves_larger_groups_and_unaligned_n_to_the_engines(fp4, grouping):
-    assert backend(fp4, m=17, grouping=grouping) != "skinny"
-    assert backend(fp4, m=4, n=4104, grouping=grouping) != "skinny"  # groups off the 128-row scale tiles
+    assert dispatched(fp4, 90, m=17, grouping=grouping) != "skinny"
+    assert dispatched(fp4, 90, m=4, n=4104, grouping=grouping) != "skinny"  # groups off the 128-row scale tiles
 
 
 # ---- operands ------------------------------------------------------------------------------------
@@ -103,7 +104,7 @@ def masked_rows(counts: list[int], max_m: int) -> tuple[torch.Tensor, torch.Tens
 # ---- masked ----------------------------------------------------------------------------------------
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("max_m", [4, 16])
 @pytest.mark.parametrize("fmt", list(MODES))
 def test_masked_decode_matches_reference_with_empty_and_overflowing_experts(fp4, ref, fmt, max_m):
@@ -119,7 +120,7 @@ def test_masked_decode_matches_reference_with_empty_and_overflowing_experts(fp4,
     assert_grouped_output(out, ops, group, owned, f"{fmt} max_m={max_m}")
 
 
-@requires_cuda
+@requires_arch()
 def test_masked_decode_replays_with_new_counts_and_is_bitwise_deterministic(fp4, ref):
     experts, max_m, n, k = 8, 8, 256, 512
     ops = GroupedOperands(fp4, ref, "nvfp4", "nvfp4", experts, experts * max_m, n, k, seed=40)
@@ -151,7 +152,7 @@ def test_masked_decode_replays_with_new_counts_and_is_bitwise_deterministic(fp4,
     assert_bitwise_equal(out, first, "graph replay")
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("nk", EXPERT_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_masked_decode_expert_shapes_within_the_bound(fp4, ref, nk):
     n, k = nk
@@ -169,7 +170,7 @@ def test_masked_decode_expert_shapes_within_the_bound(fp4, ref, nk):
 # ---- batched ---------------------------------------------------------------------------------------
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("fmt", list(MODES))
 def test_batched_decode_matches_reference(fp4, ref, fmt):
     batches, m, n, k = 3, 5, 384, 512
@@ -193,7 +194,7 @@ def contiguous_ids(layout: list[tuple[int, int]]) -> torch.Tensor:
 CONTIGUOUS_LAYOUT = [(-1, 2), (0, 3), (2, 2), (-1, 1), (3, 40), (5, 1), (7, 16), (-1, 3)]
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("fmt", list(MODES))
 def test_contiguous_decode_skips_padding_rows_and_streams_large_experts_in_chunks(fp4, ref, fmt):
     experts, n, k = 8, 256, 768
@@ -205,7 +206,7 @@ def test_contiguous_decode_skips_padding_rows_and_streams_large_experts_in_chunk
     assert_grouped_output(out, ops, ids.long(), ids >= 0, fmt)
 
 
-@requires_cuda
+@requires_arch()
 def test_contiguous_decode_skips_out_of_range_ids(fp4, ref):
     """Ids outside [0, E) belong to no expert (the gemm op directly: the halops function would reject
     them in debug mode)."""
@@ -225,7 +226,7 @@ def routed_ids(experts: int, rows: int, padding: int, seed: int) -> torch.Tensor
     return ids
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize(
     "experts, rows",
     [(1000, 600), (64, 1024), (96, 1100)],
@@ -243,7 +244,7 @@ def test_contiguous_decode_of_many_experts_or_rows_is_within_the_bound(fp4, ref,
     assert_grouped_output(out, ops, ids.long(), ids >= 0, f"{experts} experts, {rows} rows")
 
 
-@requires_cuda
+@requires_arch()
 def test_contiguous_decode_replays_with_new_ids_and_is_bitwise_deterministic(fp4, ref):
     ids = contiguous_ids(CONTIGUOUS_LAYOUT)
     experts, rows, n, k = 8, ids.numel(), 256, 512
@@ -278,7 +279,7 @@ def test_contiguous_decode_replays_with_new_ids_and_is_bitwise_deterministic(fp4
 # ---- W4A16 ---------------------------------------------------------------------------------------------
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("b_format", ["nvfp4", "mxfp4"])
 def test_w4a16_masked_and_contiguous_decode(fp4, ref, b_format):
     experts, max_m, n, k = 8, 4, 256, 512
@@ -340,7 +341,7 @@ def nan_weight_scales(ref, b_format: str, k: int) -> list[tuple[int, int, int]]:
     return [(2, 5, 0), (2, 130, k // ref.FORMATS[b_format].group - 1), (1, 7, 3)]
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("pair", PAIRS, ids="-".join)
 def test_masked_decode_nan_weight_scale_propagates_to_its_experts_columns(fp4, ref, pair):
     counts = [4, 0, 3, 4, 1, 9, 0, 2]
@@ -355,7 +356,7 @@ def test_masked_decode_nan_weight_scale_propagates_to_its_experts_columns(fp4, r
     assert_nan_exactly_at(out, ops, group, owned, nan_at, f"{pair} masked")
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("pair", PAIRS, ids="-".join)
 def test_contiguous_decode_nan_weight_scale_propagates_to_its_experts_columns(fp4, ref, pair):
     ids = contiguous_ids(CONTIGUOUS_LAYOUT)

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cases import build_capabilities, compute_capability
+from cases import build_capabilities, compute_capability, dispatched
 from checks import POISON_BYTE, assert_bitwise_equal, assert_within_bound, poisoned_like
-from conftest import requires_cuda, requires_sm90
+from conftest import requires_arch
 from decode_cases import (
     EXPERT_SHAPES,
     MODES,
@@ -24,7 +24,6 @@ from decode_cases import (
     SKINNY_KERNELS,
     Operands,
     assert_epilogue_within_bound,
-    backend,
     gemm,
     gpu_activation,
     gpu_weight,
@@ -46,18 +45,18 @@ def test_skinny_serves_every_dense_problem_of_up_to_16_rows_on_every_arch(fp4, c
     for m in range(1, 17):
         for activation in ("none", "gelu", "relu2"):
             for out_format in ("bf16", "fp16"):
-                got = backend(fp4, *pair, m=m, cc=cc, activation=activation, out_format=out_format)
+                got = dispatched(fp4, cc, *pair, m=m, activation=activation, out_format=out_format, unbuilt=True)
                 assert got == "skinny", f"M={m} {activation} {out_format}: {got!r}"
 
 
 @pytest.mark.parametrize("schedule", ["auto", "streamk"])
 def test_skinny_serves_every_schedule_of_the_tier(fp4, schedule):
-    assert backend(fp4, m=16, schedule=schedule) == "skinny"
+    assert dispatched(fp4, 90, m=16, schedule=schedule) == "skinny"
 
 
 def test_skinny_serves_the_interleaved_gemv_at_its_alignment(fp4):
-    assert backend(fp4, m=1, n=8, k=64, b_interleaved=True) == "skinny"
-    assert backend(fp4, m=1, n=4104, k=4160, b_interleaved=True) == "skinny"
+    assert dispatched(fp4, 90, m=1, n=8, k=64, b_interleaved=True) == "skinny"
+    assert dispatched(fp4, 90, m=1, n=4104, k=4160, b_interleaved=True) == "skinny"
 
 
 @pytest.mark.parametrize(
@@ -83,19 +82,20 @@ def test_skinny_serves_the_interleaved_gemv_at_its_alignment(fp4):
     ids=lambda kind: "-".join(f"{key}={value}" for key, value in kind.items()),
 )
 def test_skinny_leaves_other_problems_to_the_engines_or_the_reference(fp4, kind):
-    assert backend(fp4, **kind) != "skinny"
+    kind = {"m": 4} | kind  # a decode step's rows where the case names none
+    assert dispatched(fp4, 90, **kind) != "skinny"
 
 
 def test_skinny_leaves_mismatched_operand_formats_alone(fp4):
     pairs = [("mxfp4", "nvfp4"), ("nvfp4", "mxfp4"), ("mxfp8", "mxfp4"), ("mxfp4", "e0m3"), ("bf16", "e0m3")]
     for a_format, b_format in pairs:
-        assert backend(fp4, a_format, b_format) != "skinny", (a_format, b_format)
+        assert dispatched(fp4, 90, a_format, b_format, m=4) != "skinny", (a_format, b_format)
 
 
 # ---- every M, every format ----------------------------------------------------------------------
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("n", [8, 4104])
 @pytest.mark.parametrize("m", range(1, 17))
 def test_nvfp4_gemm_bf16_every_m_within_the_bound(fp4, ref, m, n):
@@ -104,7 +104,7 @@ def test_nvfp4_gemm_bf16_every_m_within_the_bound(fp4, ref, m, n):
     assert_within_bound(out.cpu(), 0.5 * ops.product(), 0.5 * ops.a_dq, ops.b_dq, f"M={m} N={n}")
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("n", [8, 4104])
 @pytest.mark.parametrize("m", [1, 2, 5, 8, 9, 13, 16])
 @pytest.mark.parametrize("fmt", list(MODES))
@@ -117,7 +117,7 @@ def test_dense_gemm_every_mode_and_m_within_the_bound(fp4, ref, fmt, m, n):
     assert_epilogue_within_bound(out, ops, alpha=0.75, bias=bias, what=f"{fmt} M={m} N={n}")
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("m", [1, 4, 8, 9, 16])
 @pytest.mark.parametrize("a_format", [1, 0])
 def test_e0m3_weight_gemm_fp16_within_the_bound(fp4, ref, a_format, m):
@@ -130,7 +130,7 @@ def test_e0m3_weight_gemm_fp16_within_the_bound(fp4, ref, a_format, m):
 # ---- the flashrt tiers: knobs, the streaming layout ------------------------------------------------
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("stages", [1, 3, 8])
 @pytest.mark.parametrize("warps", [2, 4, 8])
 @pytest.mark.parametrize("m", [1, 7, 16])
@@ -144,7 +144,7 @@ def test_mrows_tier_every_knob_within_the_bound(fp4, ref, m, warps, stages):
     assert_within_bound(out.cpu(), 2.0 * ops.product(), 2.0 * ops.a_dq, ops.b_dq, what)
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("stages", [1, 3, 8])
 @pytest.mark.parametrize("warps", [2, 4, 8])
 @pytest.mark.parametrize("nk", [(8, 64), (136, 192), (4104, 512)], ids=lambda s: f"{s[0]}x{s[1]}")
@@ -162,7 +162,7 @@ def test_gemv_on_the_streaming_layout_within_the_bound(fp4, ref, nk, warps, stag
 # ---- epilogues and output types ------------------------------------------------------------------
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("m", [1, 11, 16])
 def test_bias_residual_gelu_epilogues_within_the_bound(fp4, ref, m):
     n, k = 4104, 256
@@ -193,7 +193,7 @@ def test_bias_residual_gelu_epilogues_within_the_bound(fp4, ref, m):
         assert_epilogue_within_bound(out, ops, **epilogue, what=f"M={m} {what}")
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("out_format", ["bf16", "fp16"])
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp8"])
 def test_relu2_and_gelu_with_16_bit_outputs_within_the_bound(fp4, ref, fmt, out_format):
@@ -215,7 +215,7 @@ def test_relu2_and_gelu_with_16_bit_outputs_within_the_bound(fp4, ref, fmt, out_
 # ---- K tails, scale padding, NaN scales -----------------------------------------------------------
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("kernel", list(SKINNY_KERNELS))
 @pytest.mark.parametrize("fmt", list(MODES) + ["e0m3"])
 @pytest.mark.parametrize("k", [32, 96, 160, 224, 288])
@@ -237,7 +237,8 @@ def test_k_tails_ignore_the_scale_padding(fp4, ref, fmt, k, kernel):
         a, b, sfa, sfb, "nvfp4" if fmt == "e0m3" else fmt, fmt, out=out, out_format="fp16",
         **SKINNY_KERNELS[kernel], pdl=False,
     ).run()  # fmt: skip
-    assert backend(fp4, "nvfp4" if fmt == "e0m3" else fmt, fmt, m=m, n=n, k=k) == "skinny"
+    a_format = "nvfp4" if fmt == "e0m3" else fmt
+    assert dispatched(fp4, 90, a_format, fmt, m=m, n=n, k=k) == "skinny", f"{a_format} x {fmt} {m=} {n=} {k=}"
     assert_within_bound(out.cpu(), ops.product(), ops.a_dq, ops.b_dq, f"{fmt} K={k} {kernel}")
 
 
@@ -260,7 +261,7 @@ def assert_nan_scales_make_their_row_and_column_nan(fp4, ref, fmt: str, m: int, 
     assert torch.equal(nan_mask, expected), f"{what}: NaN at {nan_mask.nonzero().tolist()[:8]}"
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("kernel", list(SKINNY_KERNELS))
 @pytest.mark.parametrize("fmt", list(MODES))
 def test_nan_scales_make_their_row_and_column_nan(fp4, ref, fmt, kernel):
@@ -270,7 +271,7 @@ def test_nan_scales_make_their_row_and_column_nan(fp4, ref, fmt, kernel):
 # ---- split-K, determinism, graphs ------------------------------------------------------------------
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("m", [1, 16])
 def test_split_and_unsplit_k_both_within_the_bound_and_each_deterministic(fp4, ref, m):
     """One SM: the grid never splits K; all SMs: a K split with its float32 scratch and fixed-order reduction."""
@@ -288,7 +289,7 @@ def test_split_and_unsplit_k_both_within_the_bound_and_each_deterministic(fp4, r
         assert_within_bound(outs[0].cpu(), ops.product(), ops.a_dq, ops.b_dq, f"M={m} sm_count={sm_count}")
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("fmt", list(MODES))
 def test_runs_are_bitwise_equal_and_replay_in_a_cuda_graph(fp4, ref, fmt):
     m, n, k = 5, 4104, 2048
@@ -325,7 +326,7 @@ def gpu_operands(fp4, ref, a_format: str, b_format: str, m: int, n: int, k: int,
     return (a, b, sfa, sfb), a_dq, ref.dequantize(b, sfb, ref.FORMATS[b_format]).double()
 
 
-@requires_cuda
+@requires_arch()
 def test_gemv_replays_in_a_cuda_graph(fp4, ref):
     (a, b, sfa, sfb), a_dq, b_dq = gpu_operands(fp4, ref, "nvfp4", "nvfp4", 1, 17408, 5120, seed=14)
     streamed = fp4.fp4_repack_b_interleaved_sm120(b)
@@ -341,7 +342,7 @@ def test_gemv_replays_in_a_cuda_graph(fp4, ref):
     assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, "gemv 17408x5120")
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("m", [1, 16])
 @pytest.mark.parametrize("pair", [(f, f) for f in MODES] + W4A16_PAIRS[:2], ids="-".join)
 @pytest.mark.parametrize("nk", QUALIFICATION_SHAPES + EXPERT_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
@@ -349,7 +350,7 @@ def test_decode_shapes_within_the_bound(fp4, ref, nk, pair, m):
     """Both kernels where the register-streaming one serves the pair (the planner's choice otherwise)."""
     n, k = nk
     (a, b, sfa, sfb), a_dq, b_dq = gpu_operands(fp4, ref, *pair, m, n, k, seed=15)
-    assert backend(fp4, *pair, m=m, n=n, k=k) == "skinny"
+    assert dispatched(fp4, 90, *pair, m=m, n=n, k=k) == "skinny", f"{pair} {m=} {n=} {k=}"
     kernels = SKINNY_KERNELS.items() if pair in REGISTER_STREAM_PAIRS else [("auto", {})]
     for kernel, knobs in kernels:
         out = gemm(fp4, a, b, sfa, sfb, *pair, poisoned_out(m, n), **knobs)
@@ -359,7 +360,7 @@ def test_decode_shapes_within_the_bound(fp4, ref, nk, pair, m):
 # ---- W4A16: bf16 activations over NVFP4, MXFP4 and MXFP8 weights (the gemm op, a_format "bf16") -----
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("n", [8, 4104])
 @pytest.mark.parametrize("m", range(1, 17))
 @pytest.mark.parametrize("b_format", ["nvfp4", "mxfp4", "mxfp8"])
@@ -370,7 +371,7 @@ def test_w4a16_gemm_every_m_within_the_bound(fp4, ref, b_format, m, n):
     assert_within_bound(out.cpu(), 0.5 * ops.product(), 0.5 * ops.a_dq, ops.b_dq, f"bf16 x {b_format} M={m} N={n}")
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("m", [1, 9, 16])
 @pytest.mark.parametrize("pair", REGISTER_STREAM_PAIRS, ids="-".join)
 @pytest.mark.parametrize("kernel", list(SKINNY_KERNELS))
@@ -392,7 +393,7 @@ def test_every_epilogue_of_both_kernels_within_the_bound(fp4, ref, kernel, pair,
                 assert_epilogue_within_bound(out, ops, 0.75, bias, residual, activation, what)
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("b_format", ["nvfp4", "mxfp4", "mxfp8"])
 def test_w4a16_nan_weight_scales_make_their_column_nan(fp4, ref, b_format):
     m, n, k = 7, 264, 256
@@ -406,7 +407,7 @@ def test_w4a16_nan_weight_scales_make_their_column_nan(fp4, ref, b_format):
     assert torch.equal(nan_mask, expected), f"{b_format}: NaN at {nan_mask.nonzero().tolist()[:8]}"
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("b_format", ["nvfp4", "mxfp4"])
 def test_w4a16_runs_are_bitwise_equal_and_replay_in_a_cuda_graph(fp4, ref, b_format):
     m, n, k = 16, 4096, 7168
@@ -429,7 +430,7 @@ def test_w4a16_runs_are_bitwise_equal_and_replay_in_a_cuda_graph(fp4, ref, b_for
 # ---- MX block scales beyond one bf16 factor, NaN E4M3 elements ----------------------------------
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("scales", [(2.0**24, 2.0**-24), (2.0**-24, 2.0**24)], ids=["large-a", "large-b"])
 @pytest.mark.parametrize("pair", [("mxfp4", "mxfp4"), ("mxfp8", "mxfp8"), ("bf16", "mxfp4"), ("bf16", "mxfp8")],
                          ids="-".join)  # fmt: skip
@@ -442,7 +443,7 @@ def test_mx_scales_above_one_bf16_factor_within_the_bound(fp4, ref, pair, scales
     assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"{pair} scales {scales}")
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("kernel", list(SKINNY_KERNELS))
 @pytest.mark.parametrize("a_format", ["mxfp8", "bf16"])
 def test_nan_e4m3_weight_elements_make_their_column_nan(fp4, ref, a_format, kernel):
@@ -462,7 +463,7 @@ def test_nan_e4m3_weight_elements_make_their_column_nan(fp4, ref, a_format, kern
 # ---- the streaming-layout repack -------------------------------------------------------------------
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("nk", [(8, 64), (136, 192), (4104, 5120)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_repack_cuda_equals_the_reference_bit_for_bit(fp4, ref, nk):
     n, k = nk
@@ -474,7 +475,7 @@ def test_repack_cuda_equals_the_reference_bit_for_bit(fp4, ref, nk):
     assert_bitwise_equal(out.cpu(), expected, f"{n}x{k} into out")
 
 
-@requires_cuda
+@requires_arch()
 def test_repack_cuda_unaligned_and_in_place(fp4, ref):
     n, k = 24, 192
     b = torch.randint(0, 256, (n, k // 2), generator=torch.Generator().manual_seed(1), dtype=torch.uint8)
@@ -492,7 +493,7 @@ def test_repack_cuda_unaligned_and_in_place(fp4, ref):
 # ---- argument rules, checked before any launch ------------------------------------------------------
 
 
-@requires_cuda
+@requires_arch()
 def test_tier_rules_raise_before_launch(fp4, ref):
     a17, b, sfa17, sfb = Operands(ref, "nvfp4", "nvfp4", 17, 64, 384).cuda()
     a, _, sfa, _ = Operands(ref, "nvfp4", "nvfp4", 1, 64, 384).cuda()
@@ -527,7 +528,7 @@ def kernel_names(fn) -> list[str]:
     return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("pair", REGISTER_STREAM_PAIRS, ids="-".join)
 def test_each_variant_runs_its_kernel(fp4, ref, pair):
     """The knobs of SKINNY_KERNELS launch the kernel they name, so the tests below hold that one to the bound."""
@@ -542,7 +543,7 @@ def test_each_variant_runs_its_kernel(fp4, ref, pair):
         assert len(expected[0]) == 1 and not expected[1], f"{pair} {kernel}: launched {names}"
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("splits", SPLITS)
 @pytest.mark.parametrize("m", range(1, 17))
 @pytest.mark.parametrize("n", [8, 4104])
@@ -557,7 +558,7 @@ def test_register_stream_every_m_within_the_bound(fp4, ref, pair, n, m, splits):
     assert_within_bound(out.cpu(), 0.5 * ops.product(), 0.5 * ops.a_dq, ops.b_dq, f"{pair} M={m} N={n} S={splits}")
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("splits", [1, 4])
 @pytest.mark.parametrize("tiles", [1, 3, 8])
 @pytest.mark.parametrize("warps", [1, 3, 8])
@@ -575,7 +576,7 @@ def test_register_stream_every_knob_within_the_bound(fp4, ref, fmt, m, warps, ti
     assert_within_bound(out.cpu(), ops.product(), ops.a_dq, ops.b_dq, what)
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("m", [1, 8, 16])
 @pytest.mark.parametrize("nk", [(17408, 5120), (5120, 17408), (1536, 7168)], ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp8"])
@@ -591,7 +592,7 @@ def test_register_stream_planned_split_within_the_bound(fp4, ref, fmt, nk, m):
     assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"{fmt} M={m} {n}x{k} planned split")
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize(
     "scales", [(1.0, 1.0), (2.0**24, 2.0**-24), (2.0**-24, 2.0**24)], ids=["unit", "large-a", "large-b"]
 )
@@ -606,7 +607,7 @@ def test_register_stream_adversarial_scales_within_the_bound(fp4, ref, splits, p
     assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"{pair} scales {scales} S={splits}")
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("splits", [3, 8])
 @pytest.mark.parametrize("fmt", list(MODES))
 def test_register_stream_cluster_nan_scales_make_their_row_and_column_nan(fp4, ref, fmt, splits):
@@ -616,7 +617,7 @@ def test_register_stream_cluster_nan_scales_make_their_row_and_column_nan(fp4, r
     assert_nan_scales_make_their_row_and_column_nan(fp4, ref, fmt, 16, 2048, 11, knobs, f"{fmt} S={splits}")
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("kernel, pair, splits", [
     ("staged", ("nvfp4", "e0m3"), 2), ("staged", ("nvfp4", "e0m3"), 3), ("staged", ("nvfp4", "nvfp4"), 8),
     ("register-stream", ("nvfp4", "nvfp4"), 2), ("register-stream", ("mxfp8", "mxfp8"), 8),
@@ -647,7 +648,7 @@ def test_cluster_k_split_is_bitwise_equal_while_other_work_shifts_its_ranks(fp4,
         assert_bitwise_equal(out, first, f"{kernel} {pair} M={m} S={splits} run {i} beside the copies")
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("splits", [1, 4])
 @pytest.mark.parametrize("m", [1, 8, 16])
 @pytest.mark.parametrize("pair", REGISTER_STREAM_PAIRS, ids="-".join)
@@ -680,9 +681,7 @@ WIDE_MS = [17, 24, 32, 33, 48, 64]
 @pytest.mark.parametrize("m", [17, 32, 33, 64])
 @pytest.mark.parametrize("pair", REGISTER_STREAM_PAIRS, ids="-".join)
 def test_register_stream_serves_17_to_64_rows_on_sm90_where_named(fp4, pair, m):
-    if 90 not in ARCHS:
-        pytest.skip("this build has no sm_90 code")
-    assert backend(fp4, *pair, m=m, n=4096, k=7168, variant=4) == "skinny"
+    assert dispatched(fp4, 90, *pair, m=m, n=4096, k=7168, variant=4) == "skinny"
 
 
 @pytest.mark.parametrize(
@@ -699,22 +698,20 @@ def test_register_stream_serves_17_to_64_rows_on_sm90_where_named(fp4, pair, m):
     ],
 )
 def test_dispatch_takes_the_register_stream_kernel_at_17_to_64_rows_where_measured_faster(fp4, pair, m, n, served):
-    if 90 not in ARCHS:
-        pytest.skip("this build has no sm_90 code")
-    assert (backend(fp4, *pair, m=m, n=n, k=7168) == "skinny") == served
+    assert (dispatched(fp4, 90, *pair, m=m, n=n, k=7168) == "skinny") == served, f"{pair} {m=} {n=} k=7168"
 
 
 def test_register_stream_leaves_wider_problems_other_arches_long_k_and_sm_count_to_the_engines(fp4):
-    assert backend(fp4, m=65, n=4096, k=7168, variant=4) != "skinny"
-    assert backend(fp4, m=64, n=4096, k=65536, variant=4) != "skinny"  # the activations do not fit
-    assert backend(fp4, m=32, n=4096, k=7168, variant=4, sm_count=64) != "skinny"
-    assert backend(fp4, m=32, n=4096, k=7168, variant=3) != "skinny"  # the staged kernel stops at 16
+    assert dispatched(fp4, 90, m=65, n=4096, k=7168, variant=4) != "skinny"
+    assert dispatched(fp4, 90, m=64, n=4096, k=65536, variant=4) != "skinny"  # the activations do not fit
+    assert dispatched(fp4, 90, m=32, n=4096, k=7168, variant=4, sm_count=64) != "skinny"
+    assert dispatched(fp4, 90, m=32, n=4096, k=7168, variant=3) != "skinny"  # the staged kernel stops at 16
     for cc in ARCHS:
         if cc != 90:
-            assert backend(fp4, m=32, n=4096, k=7168, cc=cc, variant=4) != "skinny", f"sm_{cc}"
+            assert dispatched(fp4, cc, m=32, n=4096, k=7168, variant=4, unbuilt=True) != "skinny", f"sm_{cc}"
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("splits", [1, 2, 0], ids=["one-cta", "cluster-2", "planner"])
 @pytest.mark.parametrize("n", [8, 4104])
 @pytest.mark.parametrize("m", WIDE_MS)
@@ -727,7 +724,7 @@ def test_register_stream_17_to_64_rows_within_the_bound(fp4, ref, pair, m, n, sp
     assert_within_bound(out.cpu(), ops.product(), ops.a_dq, ops.b_dq, f"{pair} M={m} N={n} splits={splits}")
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("m", [24, 64])
 def test_register_stream_17_to_64_rows_epilogues_within_the_bound(fp4, ref, m):
     n, k = 1032, 2048
@@ -741,13 +738,13 @@ def test_register_stream_17_to_64_rows_epilogues_within_the_bound(fp4, ref, m):
         assert_epilogue_within_bound(out, ops, 0.75, bias, residual, activation, f"M={m} {activation}")
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("fmt", list(MODES))
 def test_register_stream_17_to_64_rows_nan_scales_make_their_row_and_column_nan(fp4, ref, fmt):
     assert_nan_scales_make_their_row_and_column_nan(fp4, ref, fmt, 40, 256, 37, {"variant": 4}, f"{fmt} M=40")
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("m", [17, 64])
 def test_register_stream_17_to_64_rows_are_bitwise_equal_and_replay_in_a_cuda_graph(fp4, ref, m):
     n, k = 4104, 7168

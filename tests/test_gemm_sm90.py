@@ -10,16 +10,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cases import dispatched
 from checks import POISON_BYTE, assert_bitwise_equal, assert_within_bound, poisoned_like
-from conftest import requires_sm90
+from conftest import requires_arch
 
 MODES = {"w8a8-mxfp8": "mxfp8", "w4a4-mxfp4": "mxfp4", "w4a4-nvfp4": "nvfp4"}
-
-
-def backend(fp4, a_format="nvfp4", b_format="nvfp4", m=256, n=4096, k=4096, **kind) -> str:
-    if 90 not in fp4._ops.ops.gemm_backend_archs():
-        pytest.skip("this build has no sm_90 code (built with --archs)")
-    return fp4._gemm.described_call(a_format, b_format, m=m, n=n, k=k, **kind).backend(90)
 
 
 def engine_gemm(fp4, a, b, sfa, sfb, a_format: str, b_format: str, out, alpha_scale=1.0, alpha=None, **fields) -> None:
@@ -43,27 +38,27 @@ def no_scales() -> torch.Tensor:
 
 @pytest.mark.parametrize("fmt", ["mxfp8", "mxfp4", "nvfp4"])
 def test_engine_serves_dense_gemms_of_every_mode(fp4, fmt):
-    assert backend(fp4, fmt, fmt) == "sm90_engine"
+    assert dispatched(fp4, 90, fmt, fmt, m=256) == "sm90_engine"
 
 
 @pytest.mark.parametrize("a_format", ["nvfp4", "e0m3"])
 def test_engine_serves_e0m3_weights(fp4, a_format):
-    assert backend(fp4, a_format, "e0m3", out_format="fp16") == "sm90_engine"
+    assert dispatched(fp4, 90, a_format, "e0m3", m=256, out_format="fp16") == "sm90_engine"
 
 
 @pytest.mark.parametrize("activation", ["none", "gelu", "relu2"])
 def test_engine_serves_activations_with_16_bit_outputs(fp4, activation):
-    assert backend(fp4, activation=activation, out_format="fp16") == "sm90_engine"
+    assert dispatched(fp4, 90, m=256, activation=activation, out_format="fp16") == "sm90_engine"
 
 
 @pytest.mark.parametrize("kind", [{"out_format": "nvfp4"}, {"activation": "geglu"}])
 def test_engine_leaves_quantized_outputs_and_geglu_to_other_backends(fp4, kind):
-    assert backend(fp4, **kind) != "sm90_engine"
+    assert dispatched(fp4, 90, m=256, **kind) != "sm90_engine"
 
 
 def test_engine_needs_16_byte_rows_for_tma(fp4):
-    assert backend(fp4, k=48) != "sm90_engine"  # 24-byte NVFP4 rows
-    assert backend(fp4, k=32) == "sm90_engine"
+    assert dispatched(fp4, 90, m=256, k=48) != "sm90_engine"  # 24-byte NVFP4 rows
+    assert dispatched(fp4, 90, m=256, k=32) == "sm90_engine"
 
 
 # ---- results on the GPU ------------------------------------------------------------------------
@@ -92,7 +87,7 @@ def nvfp4_operands(fp4, ref, m: int, n: int, k: int, seed: int = 0):
 SHAPES = [(128, 128, 64), (257, 200, 320), (383, 384, 1024), (300, 520, 96), (33, 4104, 2048)]
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_dense_gemm_is_within_the_bound(fp4, ref, mode, shape):
@@ -100,7 +95,7 @@ def test_dense_gemm_is_within_the_bound(fp4, ref, mode, shape):
     if MODES[mode] == "nvfp4" and k % 32:
         pytest.skip("NVFP4 rows of K % 32 != 0 are not 16-byte multiples (the reference serves them)")
     (a, b, sfa, sfb), a_dq, b_dq = halops_operands(fp4, ref, mode, m, n, k)
-    assert backend(fp4, MODES[mode], MODES[mode], m=m, n=n, k=k) == "sm90_engine"
+    assert dispatched(fp4, 90, MODES[mode], MODES[mode], m=m, n=n, k=k) == "sm90_engine", f"{mode} {m=} {n=} {k=}"
     bias = random_bf16(1, n, 9).reshape(n)
     alpha = torch.tensor([0.75], device="cuda")
     out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
@@ -109,7 +104,7 @@ def test_dense_gemm_is_within_the_bound(fp4, ref, mode, shape):
     assert_within_bound(out, expected, a_dq * 0.75, b_dq, f"dense {mode} {shape}")
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("variant", [0, 1])
 @pytest.mark.parametrize("n", [136, 200, 1000])
 def test_both_tile_widths_are_within_the_bound(fp4, ref, variant, n):
@@ -126,7 +121,7 @@ def test_both_tile_widths_are_within_the_bound(fp4, ref, variant, n):
     assert_within_bound(out, 0.5 * (a_dq @ b_dq.T), a_dq * 0.5, b_dq, f"variant {variant} n={n}")
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("n", [63, 65, 130])
 def test_odd_and_unaligned_widths_are_written_exactly_to_the_edge(fp4, ref, n):
     (a, b, sfa, sfb), a_dq, b_dq = nvfp4_operands(fp4, ref, 150, n, 256)
@@ -135,7 +130,7 @@ def test_odd_and_unaligned_widths_are_written_exactly_to_the_edge(fp4, ref, n):
     assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"fp16 n={n}")
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("m", [64, 300])  # the 64- and the 128-row tile
 def test_output_aligned_to_pairs_only_is_written_exactly(fp4, ref, m):
     """The epilogue writes four outputs per store only where the output allows it; an output view two
@@ -149,7 +144,7 @@ def test_output_aligned_to_pairs_only_is_written_exactly(fp4, ref, m):
     assert (storage[:2].view(torch.uint8) == POISON_BYTE).all(), "the elements before the output view were written"
 
 
-@requires_sm90
+@requires_arch(90)
 def test_bias_residual_fp16_epilogue_is_within_the_bound(fp4, ref):
     (a, b, sfa, sfb), a_dq, b_dq = nvfp4_operands(fp4, ref, 200, 256, 512)
     bias = random_bf16(1, 256, 5).reshape(256)
@@ -159,7 +154,7 @@ def test_bias_residual_fp16_epilogue_is_within_the_bound(fp4, ref):
     assert_within_bound(out, expected, 2 * a_dq, b_dq, "bias + residual fp16")
 
 
-@requires_sm90
+@requires_arch(90)
 def test_bias_gelu_epilogue_is_within_the_bound(fp4, ref):
     (a, b, sfa, sfb), a_dq, b_dq = nvfp4_operands(fp4, ref, 200, 256, 512)
     bias = random_bf16(1, 256, 5).reshape(256)
@@ -169,7 +164,7 @@ def test_bias_gelu_epilogue_is_within_the_bound(fp4, ref):
     assert_within_bound(out, expected, a_dq * 1.13, b_dq, "bias + gelu")
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("a_format", [0, 1])
 @pytest.mark.parametrize("m", [130, 3100])  # 3100: from 24 row tiles on, B is dequantized once to bf16
 def test_e0m3_weight_gemm_is_within_the_bound(fp4, ref, a_format, m):
@@ -187,7 +182,7 @@ def test_e0m3_weight_gemm_is_within_the_bound(fp4, ref, a_format, m):
     assert_within_bound(out, 0.25 * (a_dq @ b_dq.T), 0.25 * a_dq, b_dq, f"e0m3 a_format={a_format}")
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("nk", [(17408, 5120), (5120, 17408), (12288, 5120)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_qualification_shapes_are_within_the_bound(fp4, ref, nk):
     n, k = nk
@@ -198,7 +193,7 @@ def test_qualification_shapes_are_within_the_bound(fp4, ref, nk):
     assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"{n}x{k}")
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("mode", list(MODES))
 def test_nan_scale_makes_its_row_and_only_its_row_nan(fp4, ref, mode):
     (a, b, sfa, sfb), _, _ = halops_operands(fp4, ref, mode, 200, 256, 256)
@@ -236,7 +231,7 @@ def adversarial_operand(fp4, ref, fmt: str, rows: int, k: int, seed: int):
     return values, scales, ref.dequantize(values, scales, form).double()
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("fmt", ["mxfp8", "mxfp4", "nvfp4"])
 @pytest.mark.parametrize("k", [96, 512])
 def test_every_scale_code_and_nan_padding_are_within_the_bound(fp4, ref, fmt, k):
@@ -251,7 +246,7 @@ def test_every_scale_code_and_nan_padding_are_within_the_bound(fp4, ref, fmt, k)
     assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, f"{fmt} k={k}")
 
 
-@requires_sm90
+@requires_arch(90)
 def test_runs_are_bitwise_equal_and_replay_in_a_cuda_graph(fp4, ref):
     (a, b, sfa, sfb), _, _ = nvfp4_operands(fp4, ref, 500, 768, 1024)
     first = fp4.nvfp4_gemm_bf16(a, b, sfa, sfb)
@@ -268,7 +263,7 @@ def test_runs_are_bitwise_equal_and_replay_in_a_cuda_graph(fp4, ref):
     assert_bitwise_equal(out, first, "graph replay")
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("a_format", ["nvfp4", "bf16"])
 @pytest.mark.parametrize("shape", [(64, 4352, 5120), (256, 17408, 1024)], ids=lambda s: "x".join(map(str, s)))
 def test_stream_k_runs_are_bitwise_equal(fp4, ref, a_format, shape):
@@ -289,15 +284,15 @@ def test_stream_k_runs_are_bitwise_equal(fp4, ref, a_format, shape):
         assert_bitwise_equal(out, runs[0], f"{a_format} {shape} run {i}")
 
 
-@requires_sm90
+@requires_arch(90)
 def test_k_not_a_multiple_of_32_falls_back_to_the_exact_reference(fp4, ref):
     (a, b, sfa, sfb), a_dq, b_dq = nvfp4_operands(fp4, ref, 64, 64, 48)
-    assert backend(fp4, m=64, n=64, k=48) == ""
+    assert dispatched(fp4, 90, m=64, n=64, k=48) == ""
     out = fp4.nvfp4_gemm_bf16(a, b, sfa, sfb)
     assert_within_bound(out, a_dq @ b_dq.T, a_dq, b_dq, "K=48 reference")
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize(
     "shape", [(257, 200, 320), (257, 200, 576), (384, 2048, 4096)], ids=lambda s: "x".join(map(str, s))
 )
@@ -318,7 +313,7 @@ def test_stream_k_and_whole_tile_splits_are_both_within_the_bound(fp4, ref, shap
     assert_bitwise_equal(again, streamk, "stream-K run to run")
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("shape", [(3073, 264, 96), (3080, 520, 1024)], ids=lambda s: "x".join(map(str, s)))
 def test_weights_dequantized_once_to_bf16_are_within_the_bound(fp4, ref, mode, shape):
@@ -336,21 +331,21 @@ def test_weights_dequantized_once_to_bf16_are_within_the_bound(fp4, ref, mode, s
 
 @pytest.mark.parametrize("b_format", ["nvfp4", "mxfp4", "bf16"])
 def test_engine_serves_bf16_activations_with_4_bit_or_bf16_weights(fp4, b_format):
-    assert backend(fp4, "bf16", b_format, m=256, n=4096, k=4096) == "sm90_engine"
+    assert dispatched(fp4, 90, "bf16", b_format, m=256, n=4096, k=4096) == "sm90_engine"
 
 
 @pytest.mark.parametrize("grouping", ["batched", "masked", "contiguous"])
 def test_engine_serves_grouped_w4a16_above_16_rows_per_group(fp4, grouping):
     """Not the skinny kernel's 16-row chunks (its path where no arch kernel reads a bf16 A)."""
-    assert backend(fp4, "bf16", "nvfp4", m=16, grouping=grouping) == "skinny"
-    assert backend(fp4, "bf16", "nvfp4", m=17, grouping=grouping) == "sm90_engine"
+    assert dispatched(fp4, 90, "bf16", "nvfp4", m=16, grouping=grouping) == "skinny"
+    assert dispatched(fp4, 90, "bf16", "nvfp4", m=17, grouping=grouping) == "sm90_engine"
 
 
 def test_engine_leaves_bf16_activations_with_8_bit_weights_to_other_backends(fp4):
-    assert backend(fp4, "bf16", "mxfp8") != "sm90_engine"
+    assert dispatched(fp4, 90, "bf16", "mxfp8", m=256) != "sm90_engine"
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("b_format", ["nvfp4", "mxfp4"])
 @pytest.mark.parametrize(
     "shape", [(64, 256, 512), (300, 520, 1024), (3100, 264, 256)], ids=lambda s: "x".join(map(str, s))
@@ -368,7 +363,7 @@ def test_bf16_activations_with_4_bit_weights_are_within_the_bound(fp4, ref, b_fo
     assert_within_bound(out, 0.5 * (a.double() @ b_dq.T), 0.5 * a.double(), b_dq, f"w4a16 {b_format} {shape}")
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize(
     "shape", [(128, 128, 64), (300, 520, 1000), (2048, 1024, 4096)], ids=lambda s: "x".join(map(str, s))
 )
@@ -407,7 +402,7 @@ def pair_operand(fp4, ref, fmt: str, rows: int, k: int, seed: int, scale: float 
     return values, scales, ref.dequantize(values, scales, ref.FORMATS[fmt]).double()
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("pair", SHORT_TILE_PAIRS, ids=lambda p: "x".join(p))
 @pytest.mark.parametrize("m", [1, 17, 63, 64, 65, 100])
 def test_64_row_tile_is_within_the_bound_for_every_format_pair(fp4, ref, pair, m):
@@ -422,7 +417,7 @@ def test_64_row_tile_is_within_the_bound_for_every_format_pair(fp4, ref, pair, m
     assert_within_bound(out, 0.5 * (a_dq @ b_dq.T), 0.5 * a_dq, b_dq, f"64-row tile {pair} m={m}")
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("epilogue", ["bias_residual_fp16", "bias_gelu_bf16"])
 def test_64_row_tile_epilogues_are_within_the_bound(fp4, ref, epilogue):
     m, n, k = 90, 520, 512
@@ -444,7 +439,7 @@ def test_64_row_tile_epilogues_are_within_the_bound(fp4, ref, epilogue):
     assert_within_bound(out, expected, 0.75 * slope * a_dq, b_dq, f"64-row tile {epilogue}")
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp8"])
 @pytest.mark.parametrize(
     "shape", [(64, 4352, 5120), (100, 4352, 5120), (256, 4096, 7168)], ids=lambda s: "x".join(map(str, s))
@@ -466,7 +461,7 @@ def test_64_row_tile_stream_k_runs_are_bitwise_equal(fp4, ref, fmt, shape):
     assert_within_bound(whole, a_dq @ b_dq.T, a_dq, b_dq, f"64-row tile {fmt} {shape} whole tiles")
 
 
-@requires_sm90
+@requires_arch(90)
 def test_64_row_tile_replays_in_a_cuda_graph(fp4, ref):
     m, n, k = 64, 4352, 5120  # stream-K: the flags' reset is part of the graph
     (a, b, sfa, sfb), _, _ = nvfp4_operands(fp4, ref, m, n, k)
@@ -484,7 +479,7 @@ def test_64_row_tile_replays_in_a_cuda_graph(fp4, ref):
         assert_bitwise_equal(out, first, "64-row tile graph replay")
 
 
-@requires_sm90
+@requires_arch(90)
 @pytest.mark.parametrize("row", [5, 70, 99])
 def test_64_row_tile_nan_scale_makes_its_row_and_only_its_row_nan(fp4, ref, row):
     # rows 64.. of A are the second 64-row tile, whose scales sit at row 64 of the first scale atom

@@ -13,9 +13,9 @@ from __future__ import annotations
 import pytest
 import torch
 from api_cases import nvfp4_operand
-from cases import STAGED_KINDS, nvfp4_output_backend
+from cases import STAGED_KINDS, dispatched
 from checks import assert_bitwise_equal, assert_nvfp4_output_within_bound, gelu64, poisoned_like
-from conftest import requires_sm90
+from conftest import requires_arch
 
 # ---- which problems it serves (host-side: runs without a GPU) ------------------------------------
 
@@ -23,26 +23,26 @@ from conftest import requires_sm90
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("kind", STAGED_KINDS)
 def test_staged_serves_nvfp4_outputs_through_the_hopper_engine(fp4, kind):
-    assert nvfp4_output_backend(fp4, 256, **kind) == "staged"
+    assert dispatched(fp4, 90, m=256, **kind) == "staged"
 
 
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("kind", [{"grouping": "masked"}, {"grouping": "contiguous"}])
 def test_staged_leaves_groups_that_own_part_of_the_rows_to_the_reference(fp4, kind):
     """The quantizer encodes the whole matrix: it would write rows a group does not own."""
-    assert nvfp4_output_backend(fp4, 256, **kind) == ""
+    assert dispatched(fp4, 90, m=256, out_format="nvfp4", **kind) == ""
 
 
 @pytest.mark.kernels_ci
 def test_staged_needs_whole_16_column_blocks(fp4):
-    assert nvfp4_output_backend(fp4, 256, n=4104) == ""  # N_out % 16 == 8
+    assert dispatched(fp4, 90, m=256, n=4104, out_format="nvfp4") == ""  # N_out % 16 == 8
     geglu = {"activation": "geglu", "out_format": "nvfp4_from_fp16"}
-    assert nvfp4_output_backend(fp4, 256, n=4104, **geglu) == ""  # N_out = 2052
+    assert dispatched(fp4, 90, m=256, n=4104, **geglu) == ""  # N_out = 2052
 
 
 @pytest.mark.kernels_ci
 def test_staged_never_serves_16_bit_outputs(fp4):
-    assert nvfp4_output_backend(fp4, 256, out_format="bf16") == "sm90_engine"
+    assert dispatched(fp4, 90, m=256, out_format="bf16") == "sm90_engine"
 
 
 # ---- results on the H200 ------------------------------------------------------------------------
@@ -83,8 +83,7 @@ def operands(m: int, n: int, k: int, seed: int) -> list[torch.Tensor]:
     return [t.cuda() for t in (a, b, sfa, sfb)]
 
 
-@requires_sm90
-@pytest.mark.gpu
+@requires_arch(90)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "m{}_n{}_k{}".format(*s))
 def test_nvfp4_output_quantizes_the_float32_result(fp4, shape):
     m, n, k = shape
@@ -94,8 +93,7 @@ def test_nvfp4_output_quantizes_the_float32_result(fp4, shape):
     assert_padding_scales_zero(fp4, scales, m, n, "nvfp4")
 
 
-@requires_sm90
-@pytest.mark.gpu
+@requires_arch(90)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "m{}_n{}_k{}".format(*s))
 def test_relu2_nvfp4_output_squares_the_positive_part(fp4, shape):
     m, n, k = shape
@@ -107,8 +105,7 @@ def test_relu2_nvfp4_output_squares_the_positive_part(fp4, shape):
     assert_nvfp4_output_within_bound(fp4.reference, packed, scales, expected, "relu2")
 
 
-@requires_sm90
-@pytest.mark.gpu
+@requires_arch(90)
 @pytest.mark.parametrize("fp16", [False, True], ids=["float32", "fp16"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "m{}_n{}_k{}".format(*s))
 def test_bias_gelu_nvfp4_output_applies_bias_then_gelu(fp4, shape, fp16):
@@ -123,8 +120,7 @@ def test_bias_gelu_nvfp4_output_applies_bias_then_gelu(fp4, shape, fp16):
     assert_nvfp4_output_within_bound(fp4.reference, packed, scales, expected, "bias+gelu")
 
 
-@requires_sm90
-@pytest.mark.gpu
+@requires_arch(90)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "m{}_n{}_k{}".format(*s))
 def test_geglu_nvfp4_output_pairs_gate_and_up_rows(fp4, shape):
     m, n, k = shape
@@ -138,8 +134,7 @@ def test_geglu_nvfp4_output_pairs_gate_and_up_rows(fp4, shape):
     assert_padding_scales_zero(fp4, scales, m, n, "geglu")
 
 
-@requires_sm90
-@pytest.mark.gpu
+@requires_arch(90)
 def test_staged_outputs_are_bitwise_equal_run_to_run(fp4):
     a, b, sfa, sfb = operands(200, 512, 256, seed=5)
     first = run_into_poison(fp4, fp4.nvfp4_gemm_geglu_nvfp4_fp16, 200, 256, a, b, sfa, sfb)

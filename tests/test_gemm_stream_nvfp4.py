@@ -13,9 +13,9 @@ from __future__ import annotations
 import pytest
 import torch
 from api_cases import nvfp4_operand
-from cases import STAGED_KINDS, nvfp4_output_backend
+from cases import STAGED_KINDS, dispatched
 from checks import assert_bitwise_equal, assert_nvfp4_output_within_bound, gelu64, poisoned_like
-from conftest import requires_sm90
+from conftest import requires_arch
 
 # ---- which problems it serves (host-side: runs without a GPU) ------------------------------------
 
@@ -24,29 +24,30 @@ from conftest import requires_sm90
 @pytest.mark.parametrize("m", [1, 8, 9, 16])
 @pytest.mark.parametrize("kind", STAGED_KINDS)
 def test_register_stream_kernel_encodes_decode_sized_nvfp4_outputs(fp4, kind, m):
-    assert nvfp4_output_backend(fp4, m, **kind) == "skinny"
+    assert dispatched(fp4, 90, m=m, **kind) == "skinny", f"{kind} {m=}"
 
 
 @pytest.mark.kernels_ci
 def test_nvfp4_outputs_take_the_kernel_the_float_output_would(fp4):
     """Above 8 rows on large weights the float output runs the staged kernel: so does the NVFP4 one,
     through the staged backend (the register-streaming kernel measured slower there)."""
-    assert nvfp4_output_backend(fp4, 8, n=17408, k=5120) == "skinny"
-    assert nvfp4_output_backend(fp4, 16, n=17408, k=5120) == "staged"
-    assert nvfp4_output_backend(fp4, 16, n=17408, k=5120, out_format="bf16") == "skinny"  # the staged skinny kernel
+    assert dispatched(fp4, 90, m=8, n=17408, k=5120, out_format="nvfp4") == "skinny"
+    assert dispatched(fp4, 90, m=16, n=17408, k=5120, out_format="nvfp4") == "staged"
+    assert dispatched(fp4, 90, m=16, n=17408, k=5120, out_format="bf16") == "skinny"  # the staged skinny kernel
 
 
 @pytest.mark.kernels_ci
 def test_register_stream_kernel_encodes_17_to_64_rows_where_it_serves_them(fp4):
-    assert nvfp4_output_backend(fp4, 32, n=1536, k=7168) == "skinny"  # wide_stream_pays
-    assert nvfp4_output_backend(fp4, 32, n=17408, k=5120) == "staged"  # the engine's float32 stage
+    assert dispatched(fp4, 90, m=32, n=1536, k=7168, out_format="nvfp4") == "skinny"  # wide_stream_pays
+    assert dispatched(fp4, 90, m=32, n=17408, k=5120, out_format="nvfp4") == "staged"  # the engine's float32 stage
 
 
 @pytest.mark.kernels_ci
 def test_staged_keeps_the_nvfp4_outputs_the_register_stream_kernel_does_not_take(fp4):
-    assert nvfp4_output_backend(fp4, 8, sm_count=66) == "staged"  # a persistent grid: the staged skinny kernel
-    assert nvfp4_output_backend(fp4, 8, variant=3) == "staged"  # the staged skinny kernel by name
-    assert nvfp4_output_backend(fp4, 256) == "staged"
+    # a persistent grid: the staged skinny kernel
+    assert dispatched(fp4, 90, m=8, sm_count=66, out_format="nvfp4") == "staged"
+    assert dispatched(fp4, 90, m=8, variant=3, out_format="nvfp4") == "staged"  # the staged skinny kernel by name
+    assert dispatched(fp4, 90, m=256, out_format="nvfp4") == "staged"
 
 
 # ---- results on the H200 ------------------------------------------------------------------------
@@ -94,8 +95,7 @@ def kinds_with_bias(n: int) -> list[dict]:
     return [dict(kind) for kind in STAGED_KINDS] + [{"out_format": "nvfp4", "activation": "gelu", "bias": bias}]
 
 
-@requires_sm90
-@pytest.mark.gpu
+@requires_arch(90)
 @pytest.mark.parametrize("splits", SPLITS)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "m{}_n{}_k{}".format(*s))
 def test_fused_nvfp4_output_is_bitwise_the_staged_encoding_of_the_same_sums(fp4, shape, splits):
@@ -116,8 +116,7 @@ def test_fused_nvfp4_output_is_bitwise_the_staged_encoding_of_the_same_sums(fp4,
         assert_scale_padding_zero(fp4, scales, m, n_out, what)
 
 
-@requires_sm90
-@pytest.mark.gpu
+@requires_arch(90)
 def test_fused_nvfp4_output_of_a_nan_block_is_the_staged_nan_encoding(fp4):
     m, n_out, k = 4, 96, 2048
     ops = operands(m, n_out, k, seed=11)
@@ -141,14 +140,13 @@ def gemm64(fp4, a, b, sfa, sfb) -> torch.Tensor:
     return a_dq @ b_dq.T
 
 
-@requires_sm90
-@pytest.mark.gpu
+@requires_arch(90)
 @pytest.mark.parametrize("m", [1, 2, 7, 8, 9, 16, 24, 32])
 def test_public_nvfp4_outputs_on_the_register_stream_kernel_meet_the_bound(fp4, m):
     n, k = 96, 1024
     a, b, sfa, sfb = operands(m, n, k, seed=m)
     bias = torch.randn(n, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
-    assert nvfp4_output_backend(fp4, m, n=n, k=k, activation="gelu") == "skinny"
+    assert dispatched(fp4, 90, m=m, n=n, k=k, activation="gelu", out_format="nvfp4") == "skinny"
     packed, scales = poisoned_nvfp4_out(fp4, m, n)
     fp4.nvfp4_gemm_bias_gelu_nvfp4(a, b, sfa, sfb, bias.cuda(), out_packed=packed, out_sfa=scales)
     expected = gelu64(gemm64(fp4, a, b, sfa, sfb) + bias.double())
@@ -156,8 +154,7 @@ def test_public_nvfp4_outputs_on_the_register_stream_kernel_meet_the_bound(fp4, 
     assert_scale_padding_zero(fp4, scales, m, n, "bias+gelu")
 
 
-@requires_sm90
-@pytest.mark.gpu
+@requires_arch(90)
 def test_fused_nvfp4_output_is_bitwise_equal_run_to_run_and_under_graph_replay(fp4):
     m, n_out, k = 8, 256, 4096
     a, b, sfa, sfb = operands(m, 2 * n_out, k, seed=3)

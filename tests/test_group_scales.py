@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 from checks import POISON_BYTE, assert_bitwise_equal
-from conftest import requires_cuda
+from conftest import requires_arch
 
 
 def swizzled(ref, rows: int, nkb: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -134,8 +134,7 @@ GPU_CASES = {
 }
 
 
-@pytest.mark.gpu
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("case", GPU_CASES)
 def test_tile_group_scales_cuda_matches_the_reference(fp4, ref, device, case):
     ids, groups, nkb = GPU_CASES[case]
@@ -160,8 +159,7 @@ STRIDED_CASES = {
 }
 
 
-@pytest.mark.gpu
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("case", STRIDED_CASES)
 def test_strided_tile_group_scales_cuda_matches_the_reference(fp4, ref, device, case):
     groups, group_rows, nkb = STRIDED_CASES[case]
@@ -175,8 +173,7 @@ def test_strided_tile_group_scales_cuda_matches_the_reference(fp4, ref, device, 
     assert_bitwise_equal(actual[1].cpu(), expected[1], f"{case} scales")
 
 
-@pytest.mark.gpu
-@requires_cuda
+@requires_arch()
 def test_tile_group_scales_cuda_graph_replay(fp4, ref, device):
     ids, groups, nkb = GPU_CASES["padding-around-and-between"]
     m = ids.numel()

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import HAS_CUDA, requires_repo_file, variant_dir
+from conftest import requires_arch, requires_repo_file, variant_dir
 
 BENCHMARKS = requires_repo_file("benchmarks")
 UPLOADED = sorted(BENCHMARKS.glob("benchmark*.py"))
@@ -74,8 +74,7 @@ def test_uploaded_benchmark_loads_alone_with_verified_workloads(tmp_path, script
     assert all(workloads.values()), f"{script}: unverified {[w for w, ok in workloads.items() if not ok]}"
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not HAS_CUDA, reason="kernels benchmark runs on the GPU (its device is torch's CUDA backend)")
+@requires_arch()  # kernels benchmark runs on the GPU (its device is torch's CUDA backend)
 def test_kernels_benchmark_runs_and_verifies_every_uploaded_workload(tmp_path):
     pytest.importorskip("tabulate", reason="kernels benchmark needs tabulate (requirements.txt)")
     repo = hub_repo(tmp_path / "repo")

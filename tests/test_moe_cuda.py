@@ -13,9 +13,9 @@ from __future__ import annotations
 import pytest
 import torch
 from checks import POISON_BYTE, assert_bitwise_equal, poisoned_like
-from conftest import requires_cuda
+from conftest import requires_arch
 
-pytestmark = [pytest.mark.gpu, requires_cuda]
+pytestmark = requires_arch()
 
 BF16_MAX = torch.finfo(torch.bfloat16).max
 BF16_TINY = torch.finfo(torch.bfloat16).tiny

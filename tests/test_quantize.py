@@ -14,7 +14,7 @@ from cases import (
     make_random,
 )
 from checks import assert_bitwise_equal, poisoned_like
-from conftest import requires_cuda
+from conftest import requires_arch
 
 
 def quantize_one_block(fp4, values: list[float], mode: str, dtype=torch.bfloat16):
@@ -156,8 +156,7 @@ def assert_quantize_matches_cpu(fp4, x: torch.Tensor, mode: str, swizzle: bool, 
     assert_bitwise_equal(sf, expected_sf, f"{what} scales")
 
 
-@requires_cuda
-@pytest.mark.gpu
+@requires_arch()
 @pytest.mark.parametrize("mode,dtype,swizzle", list(enumerate_quant_cases()))
 def test_quantize_cuda_bit_exact_on_random_inputs(fp4, device, mode, dtype, swizzle):
     for seed, (rows, cols) in enumerate(QUANT_SHAPES):
@@ -166,16 +165,14 @@ def test_quantize_cuda_bit_exact_on_random_inputs(fp4, device, mode, dtype, swiz
         assert_quantize_matches_cpu(fp4, x, mode, swizzle, f"{mode} {dtype} {swizzle=} m={rows} k={cols}")
 
 
-@requires_cuda
-@pytest.mark.gpu
+@requires_arch()
 @pytest.mark.parametrize("mode,dtype,swizzle", list(enumerate_quant_cases()))
 def test_quantize_cuda_bit_exact_on_adversarial_blocks(fp4, device, mode, dtype, swizzle):
     x = make_adversarial(mode, dtype, device)
     assert_quantize_matches_cpu(fp4, x, mode, swizzle, f"{mode} {dtype} {swizzle=} adversarial")
 
 
-@requires_cuda
-@pytest.mark.gpu
+@requires_arch()
 @pytest.mark.parametrize("mode", MODES)
 def test_quantize_cuda_bit_exact_on_large_input(fp4, device, mode):
     rows, cols = LARGE_QUANT_SHAPE
@@ -183,8 +180,7 @@ def test_quantize_cuda_bit_exact_on_large_input(fp4, device, mode):
     assert_quantize_matches_cpu(fp4, x, mode, True, f"{mode} m={rows} k={cols}")
 
 
-@requires_cuda
-@pytest.mark.gpu
+@requires_arch()
 @pytest.mark.parametrize("mode", MODES)
 def test_quantize_cuda_public_function_matches_cpu(fp4, device, mode):
     x = make_random(257, 384, torch.float16, device, seed=5)
@@ -194,8 +190,7 @@ def test_quantize_cuda_public_function_matches_cpu(fp4, device, mode):
     assert_bitwise_equal(sf, expected_sf, f"{mode} scales")
 
 
-@requires_cuda
-@pytest.mark.gpu
+@requires_arch()
 @pytest.mark.parametrize("mode", MODES)
 def test_quantize_cuda_is_deterministic_and_graph_replayable(fp4, device, mode):
     x = make_random(515, 1024, torch.bfloat16, device, seed=6)

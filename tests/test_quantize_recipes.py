@@ -10,7 +10,7 @@ import pytest
 import torch
 from cases import HALF_DTYPES, make_adversarial, make_random
 from checks import assert_bitwise_equal, poisoned_like
-from conftest import requires_cuda
+from conftest import requires_arch
 
 QUANT_RECIPES = ("nvfp4_mse", "e0m3")
 DEQUANT_RECIPES = ("mxfp8", "mxfp4", "nvfp4", "e0m3")
@@ -110,8 +110,7 @@ def make_recipe_adversarial(dtype: torch.dtype, device: str) -> torch.Tensor:
     return torch.cat([common, extra]).to(device)
 
 
-@requires_cuda
-@pytest.mark.gpu
+@requires_arch()
 @pytest.mark.parametrize("swizzle", (True, False), ids=("swizzled", "plain"))
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
 @pytest.mark.parametrize("recipe", QUANT_RECIPES)
@@ -121,8 +120,7 @@ def test_quantize_recipe_bit_exact_on_random_inputs(fp4, device, recipe, dtype, 
         assert_quantize_matches_cpu(fp4, x, recipe, swizzle, f"{recipe} {dtype} {swizzle=} m={rows} k={cols}")
 
 
-@requires_cuda
-@pytest.mark.gpu
+@requires_arch()
 @pytest.mark.parametrize("swizzle", (True, False), ids=("swizzled", "plain"))
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
 @pytest.mark.parametrize("recipe", QUANT_RECIPES)
@@ -132,8 +130,7 @@ def test_quantize_recipe_bit_exact_on_adversarial_blocks(fp4, device, recipe, dt
     assert_quantize_matches_cpu(fp4, x, recipe, swizzle, f"{recipe} {dtype} {swizzle=} adversarial m={rows} k={cols}")
 
 
-@requires_cuda
-@pytest.mark.gpu
+@requires_arch()
 @pytest.mark.parametrize("swizzle", (True, False), ids=("swizzled", "plain"))
 @pytest.mark.parametrize("recipe", QUANT_RECIPES)
 def test_quantize_recipe_bit_exact_on_padded_outputs(fp4, device, recipe, swizzle):
@@ -143,8 +140,7 @@ def test_quantize_recipe_bit_exact_on_padded_outputs(fp4, device, recipe, swizzl
         assert_quantize_matches_cpu(fp4, x, recipe, swizzle, what, out_shape=(out_rows, out_cols))
 
 
-@requires_cuda
-@pytest.mark.gpu
+@requires_arch()
 @pytest.mark.parametrize("recipe", QUANT_RECIPES)
 def test_quantize_recipe_bit_exact_on_large_input(fp4, device, recipe):
     rows, cols = 2048, 7168
@@ -152,8 +148,7 @@ def test_quantize_recipe_bit_exact_on_large_input(fp4, device, recipe):
     assert_quantize_matches_cpu(fp4, x, recipe, True, f"{recipe} m={rows} k={cols}")
 
 
-@requires_cuda
-@pytest.mark.gpu
+@requires_arch()
 def test_quantize_e0m3_hand_computed_block(fp4, device):
     # sf = e4m3(7 / 7) = 1.0 (0x38), f = 1; 0.4 is 0.400390625 in bf16.
     x = torch.tensor([E0M3_TIES_BLOCK], dtype=torch.bfloat16, device=device)
@@ -162,8 +157,7 @@ def test_quantize_e0m3_hand_computed_block(fp4, device):
     assert unpack_codes(q)[0].tolist() == [7, 0, 2, 2, 4, 4, 6, 6, 0, 10, 10, 14, 0, 0, 15, 5]
 
 
-@requires_cuda
-@pytest.mark.gpu
+@requires_arch()
 def test_quantize_nvfp4_mse_hand_computed_block(fp4, device):
     # RTN: sf = e4m3(2.5 / 6) = 0.40625 (0x2D): 2.5 -> 6 * sf, 1 -> 2 * sf, error 1/256 + 15 * 9/256.
     # Candidates 0x2C (0.375) 0.296875, 0x2E (0.4375) 0.25, 0x2B (0.34375) 0.206..., 0x2F (0.46875):
@@ -174,8 +168,7 @@ def test_quantize_nvfp4_mse_hand_computed_block(fp4, device):
     assert unpack_codes(q)[0].tolist() == [7] + [4] * 15
 
 
-@requires_cuda
-@pytest.mark.gpu
+@requires_arch()
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_quantize_nvfp4_mse_error_never_exceeds_rtn(fp4, device, dtype):
     rows, cols = 300, 512
@@ -195,8 +188,7 @@ def test_quantize_nvfp4_mse_error_never_exceeds_rtn(fp4, device, dtype):
     assert (errors["nvfp4_mse"] < errors["nvfp4"]).any(), f"{dtype} m={rows} k={cols}: no block improved"
 
 
-@requires_cuda
-@pytest.mark.gpu
+@requires_arch()
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_quantize_e0m3_never_writes_negative_zero(fp4, device, dtype):
     x = torch.cat([make_recipe_adversarial(dtype, device), make_random(64, 64, dtype, device, seed=32)])
@@ -269,8 +261,7 @@ def dequantize_both(
     return out, expected
 
 
-@requires_cuda
-@pytest.mark.gpu
+@requires_arch()
 @pytest.mark.parametrize("swizzle", (True, False), ids=("swizzled", "plain"))
 @pytest.mark.parametrize("dtype", OUT_DTYPES)
 @pytest.mark.parametrize("recipe", DEQUANT_RECIPES)
@@ -282,8 +273,7 @@ def test_dequantize_bit_exact_on_random_codes(fp4, device, recipe, dtype, swizzl
         assert_equal_or_both_nan(out, expected, f"{recipe} {dtype} {swizzle=} m={rows} k={cols}")
 
 
-@requires_cuda
-@pytest.mark.gpu
+@requires_arch()
 @pytest.mark.parametrize("swizzle", (True, False), ids=("swizzled", "plain"))
 @pytest.mark.parametrize("dtype", OUT_DTYPES)
 @pytest.mark.parametrize("recipe", DEQUANT_RECIPES)
@@ -299,8 +289,7 @@ def test_dequantize_bit_exact_on_quantized_data(fp4, device, recipe, dtype, swiz
     assert_equal_or_both_nan(out, expected, f"{recipe} {dtype} {swizzle=} quantized m={rows} k={cols}")
 
 
-@requires_cuda
-@pytest.mark.gpu
+@requires_arch()
 @pytest.mark.parametrize("dtype", OUT_DTYPES)
 @pytest.mark.parametrize("recipe", DEQUANT_RECIPES)
 def test_dequantize_nan_scale_gives_nan_block(fp4, device, recipe, dtype):
@@ -324,8 +313,7 @@ def test_dequantize_nan_scale_gives_nan_block(fp4, device, recipe, dtype):
     assert is_nan.sum() == len(nan_blocks) * g, f"{what}: NaN outside the NaN-scale blocks"
 
 
-@requires_cuda
-@pytest.mark.gpu
+@requires_arch()
 @pytest.mark.parametrize("dtype", OUT_DTYPES)
 @pytest.mark.parametrize("recipe", DEQUANT_RECIPES)
 def test_dequantize_bit_exact_on_unaligned_buffers(fp4, device, recipe, dtype):
@@ -335,8 +323,7 @@ def test_dequantize_bit_exact_on_unaligned_buffers(fp4, device, recipe, dtype):
     assert_equal_or_both_nan(out, expected, f"{recipe} {dtype} unaligned m={rows} k={cols}")
 
 
-@requires_cuda
-@pytest.mark.gpu
+@requires_arch()
 @pytest.mark.parametrize("recipe", DEQUANT_RECIPES)
 def test_dequantize_empty_matrix_is_a_no_op(fp4, device, recipe):
     g = GROUP[recipe]

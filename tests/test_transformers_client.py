@@ -19,7 +19,7 @@ import copy
 
 import pytest
 import torch
-from conftest import DEVICES, HAS_CUDA, KERNEL_PATH, load_module, requires_repo_file
+from conftest import DEVICES, KERNEL_PATH, load_module, requires_arch, requires_repo_file
 
 pytest.importorskip("transformers", reason="the client test needs transformers (requirements.txt)")
 
@@ -73,8 +73,7 @@ def test_kernelized_llama_logits_stay_near_the_bf16_model(fp4, llama, recipe, de
     assert error <= bound, f"{recipe} on {device}: logits {error:.3g} from bf16 (bound {bound})"
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not HAS_CUDA, reason="torch.compile of the kernelized model runs the CUDA kernels")
+@requires_arch()  # torch.compile of the kernelized model runs the CUDA kernels
 def test_compiled_kernelized_llama_stays_near_the_bf16_model(fp4):
     """One decoder layer (inductor's compile time grows with the graph); the kernels of every Linear.
     The compiled model is held to the bf16 model's bound, not to the eager kernelized model: inductor

@@ -18,6 +18,7 @@ import pytest
 import torch
 from api_cases import make_call
 from checks import OpRecorder
+from conftest import DEVICES
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 pytestmark = pytest.mark.kernels_ci
@@ -1325,10 +1326,8 @@ def test_grouped_gemms_without_experts_write_nothing(fp4, name):
     assert recorder.called == [] and torch.equal(output, before), name
 
 
-@pytest.mark.parametrize("where", ["cpu", "cuda"])
+@pytest.mark.parametrize("where", DEVICES)
 def test_prefill_permute_with_topk_0_routes_nothing(fp4, where):
-    if where == "cuda" and not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU (run on the device machine)")
     args, _ = make_call("prefill_permute_to_masked_gemm", where)
     args[2] = args[2][:, :0].contiguous()  # topk_ids [50, 0]
     permute_x, scales, index_map, counts = fp4.prefill_permute_to_masked_gemm(*args)
@@ -1336,11 +1335,9 @@ def test_prefill_permute_with_topk_0_routes_nothing(fp4, where):
     assert not permute_x.view(U8).any() and not scales.any() and not counts.any(), where
 
 
-@pytest.mark.parametrize("where", ["cpu", "cuda"])
+@pytest.mark.parametrize("where", DEVICES)
 def test_gemm_out_may_be_its_own_residual(fp4, ref, where):
     """out = residual: each element's residual is read before its output is written (in-place add)."""
-    if where == "cuda" and not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU (run on the device machine)")
     args, kwargs = make_call("nvfp4_gemm_residual_bf16", where)  # residual is args[4]
     separate = fp4.nvfp4_gemm_residual_bf16(*args, **kwargs)
     residual = args[4].clone()

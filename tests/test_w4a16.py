@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 from checks import POISON_BYTE, assert_bitwise_equal, assert_within_bound, poisoned_like
-from conftest import DEVICES, requires_cuda
+from conftest import DEVICES, requires_arch
 from decode_cases import EXPERT_SHAPES
 
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
@@ -129,7 +129,7 @@ def test_standard_layout_gemv_is_the_nvfp4_gemm_at_one_row(fp4):
 # ---- on the GPU -------------------------------------------------------------------------------
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("m", [*range(1, 18), 64, 256, 1024, 4096])
 def test_marlin_gemm_every_m_is_within_the_bound_on_the_gpu(fp4, m):
     n, k = 520, 1024
@@ -142,7 +142,7 @@ def test_marlin_gemm_every_m_is_within_the_bound_on_the_gpu(fp4, m):
     assert_marlin_within_bound(out, x, packed, scale, scale_2, f"gpu {m=}")
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("m", [4, 300])
 def test_marlin_gemm_replays_in_a_cuda_graph(fp4, m):
     packed, scale, scale_2 = modelopt_layer(384, 512, 15, "cuda")
@@ -160,7 +160,7 @@ def test_marlin_gemm_replays_in_a_cuda_graph(fp4, m):
     assert_bitwise_equal(out, first, f"graph replay {m=}")
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("mode", ["w4a16-nvfp4", "w4a16-mxfp4"])
 @pytest.mark.parametrize("m", [3, 200])
 def test_halops_w4a16_dense_and_masked_are_within_the_bound_on_the_gpu(fp4, ref, mode, m):
@@ -227,7 +227,7 @@ def test_marlin_nan_scale_propagates_to_its_columns(fp4, m, device):
     assert_marlin_nan_exactly_in_columns(out, x, packed, scale, scale_2, columns, f"{device} {m=}")
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("m", [1, 16, 300, 4096])
 def test_marlin_gemm_is_bitwise_equal_run_to_run(fp4, m):
     """Two calls into outputs poisoned with different bytes (an element left unwritten differs)."""
@@ -243,7 +243,7 @@ def test_marlin_gemm_is_bitwise_equal_run_to_run(fp4, m):
     assert_bitwise_equal(again, first, f"run to run {m=}")
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("m", [256, 4096])
 def test_halops_w4a16_mxfp4_dense_gemm_is_within_the_bound_at_large_m(fp4, ref, m):
     mode = "w4a16-mxfp4"
@@ -257,7 +257,7 @@ def test_halops_w4a16_mxfp4_dense_gemm_is_within_the_bound_at_large_m(fp4, ref, 
     assert_within_bound(out, x.double() @ w64.T, x.double(), w64, f"{mode} {m=}")
 
 
-@requires_cuda
+@requires_arch()
 def test_pdl_quantizer_gives_its_twins_bytes_on_the_gpu(fp4):
     x = bf16(300, 512, 25, "cuda")
     twin = fp4.quantize_fp4_sfa_bf16(x)
@@ -266,7 +266,7 @@ def test_pdl_quantizer_gives_its_twins_bytes_on_the_gpu(fp4):
     assert_bitwise_equal(pdl[1], twin[1], "quantize pdl scales")
 
 
-@requires_cuda
+@requires_arch()
 @pytest.mark.parametrize("m", [1, 7, 16])
 def test_pdl_mrows_gemm_gives_its_twins_bytes_on_the_gpu(fp4, m):
     a, sfa = fp4.quantize_fp4_sfa_bf16(bf16(m, 1024, 26, "cuda"))

@@ -35,13 +35,19 @@
 
 namespace {
 
-fp4_gemm::Recipe parse_recipe(std::string_view recipe) {
-  if (recipe == "mxfp8") return fp4_gemm::Recipe::Mxfp8;
-  if (recipe == "mxfp4") return fp4_gemm::Recipe::Mxfp4;
-  if (recipe == "nvfp4") return fp4_gemm::Recipe::Nvfp4;
-  if (recipe == "nvfp4_mse") return fp4_gemm::Recipe::Nvfp4Mse;
-  if (recipe == "e0m3") return fp4_gemm::Recipe::E0m3;
-  TORCH_CHECK(false, "fp4_gemm: unknown quantization recipe '", recipe, "'");
+// A quantization recipe by name: a block format of csrc/common/types.h's table, or "nvfp4_mse"
+// (NVFP4 with each block's scale the candidate of least squared error).
+struct Recipe {
+  fp4_gemm::OperandFormat format;
+  bool least_squares_scale;
+};
+
+Recipe parse_recipe(std::string_view recipe) {
+  if (recipe == "nvfp4_mse") return {fp4_gemm::OperandFormat::Nvfp4, true};
+  const auto& names = fp4_gemm::kOperandFormatNames;
+  const auto named = std::find(std::begin(names), std::end(names), recipe);
+  TORCH_CHECK(named != std::end(names) && recipe != "bf16", "fp4_gemm: unknown quantization recipe '", recipe, "'");
+  return {static_cast<fp4_gemm::OperandFormat>(named - std::begin(names)), false};
 }
 
 fp4_gemm::FloatType float_type(const at::Tensor& t) {
@@ -106,7 +112,9 @@ void quantize_cuda(const at::Tensor& input, std::string_view recipe, bool swizzl
   problem.out_cols = stored_columns(values);
   problem.values = values.data_ptr();
   problem.scales = scales.data_ptr<uint8_t>();
-  problem.recipe = parse_recipe(recipe);
+  const Recipe parsed = parse_recipe(recipe);
+  problem.format = parsed.format;
+  problem.least_squares_scale = parsed.least_squares_scale;
   problem.layout = swizzle ? fp4_gemm::ScaleLayout::Swizzled : fp4_gemm::ScaleLayout::Plain;
   problem.pdl = pdl;
   fp4_gemm::quantize(problem, at::cuda::getCurrentCUDAStream());
@@ -123,7 +131,7 @@ void dequantize_cuda(const at::Tensor& values, const at::Tensor& scales, std::st
   fp4_gemm::DequantizeProblem problem;
   problem.values = values.data_ptr();
   problem.scales = scales.data_ptr<uint8_t>();
-  problem.recipe = parse_recipe(recipe == "nvfp4_mse" ? "nvfp4" : recipe);
+  problem.format = parse_recipe(recipe).format;  // nvfp4_mse stores NVFP4
   problem.layout = swizzle ? fp4_gemm::ScaleLayout::Swizzled : fp4_gemm::ScaleLayout::Plain;
   problem.rows = out.size(0);
   problem.cols = out.size(1);
@@ -165,7 +173,7 @@ void swiglu_quant_cuda(const at::Tensor& input, const at::Tensor& counts, std::s
   problem.rows = rows;
   problem.hidden = hidden;
   problem.groups = counts.numel();
-  problem.recipe = parse_recipe(recipe);
+  problem.format = parse_recipe(recipe).format;
   problem.values = values.data_ptr();
   problem.scales = scales.data_ptr<uint8_t>();
   fp4_gemm::swiglu_quant(problem, at::cuda::getCurrentCUDAStream());

@@ -76,8 +76,8 @@ __device__ __forceinline__ typename Pair<T>::Type decode_e2m1_pair(uint32_t n) {
 // that do not overlap (so no carries), the sign bit in place in one and the magnitude in the other,
 // and one mask keeps both. Cheaper than shifting: the multiply runs on the FMA pipe, which the GEMM
 // mainloops leave idler than the integer pipe. Nibbles 2 and 3 are shifted down a byte first: a
-// 64-bit multiply whose high word is the magnitude copy saves that shift but ran the Hopper
-// engine's 4-bit decoders 3-10% slower on the H200 (benchmarks/NOTES.md, session 13).
+// 64-bit multiply whose high word is the magnitude copy saves that shift but slowed the Hopper
+// engine's 4-bit decoders (docs/PERFORMANCE.md, rejected ideas).
 template <int kMagnitude>
 __device__ __forceinline__ uint32_t stride4_patterns(uint32_t codes, int j) {
   // kMagnitude + 2 < 12: the magnitude copy stays below the sign copy (in fp16's 9 it would not).

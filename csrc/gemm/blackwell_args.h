@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "csrc/common/launch.cuh"
 #include "csrc/gemm/backends.h"
@@ -64,11 +65,11 @@ struct BlackwellKernelId {
 };
 
 inline std::string describe(const BlackwellKernelId& id) {
-  static constexpr const char* kFormats[] = {"mxfp8", "mxfp4", "nvfp4", "e0m3"};
-  static constexpr const char* kOuts[] = {"bf16", "fp16", "nvfp4", "nvfp4_from_fp16", "fp32"};
   static constexpr const char* kTiles[] = {"default", "widen", "pingpong", "stream-K"};
-  return "sm" + std::to_string(static_cast<int>(id.arch)) + " " + kFormats[static_cast<int>(id.format)] + " -> " +
-         kOuts[static_cast<int>(id.out)] + ", " + kTiles[static_cast<int>(id.tile)] + " tile";
+  const std::string_view out = id.out == OutFormat::Fp32 ? "fp32" : kOutFormatNames[static_cast<int>(id.out)];
+  return "sm" + std::to_string(static_cast<int>(id.arch)) + " " +
+         std::string(kOperandFormatNames[static_cast<int>(id.format)]) + " -> " + std::string(out) + ", " +
+         kTiles[static_cast<int>(id.tile)] + " tile";
 }
 
 // Groupings that run CUTLASS's ptr-array (grouped) kernel, one group per weight matrix.

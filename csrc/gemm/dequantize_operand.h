@@ -13,29 +13,13 @@
 
 namespace fp4_gemm {
 
-// The quantizer recipe whose stored encoding a block-scaled operand format is.
-inline Recipe operand_recipe(OperandFormat format) {
-  switch (format) {
-    case OperandFormat::Mxfp8:
-      return Recipe::Mxfp8;
-    case OperandFormat::Mxfp4:
-      return Recipe::Mxfp4;
-    case OperandFormat::Nvfp4:
-      return Recipe::Nvfp4;
-    case OperandFormat::E0m3:
-      return Recipe::E0m3;
-    default:
-      throw std::logic_error("fp4_gemm: a bf16 operand has no scales to dequantize");
-  }
-}
-
 // rows x k values of `operand` (swizzled scales), row-major, of `type` (bf16 or fp16).
 inline DequantizeProblem operand_problem(const GemmOperand& operand, int64_t rows, int64_t k, FloatType type,
                                          void* out) {
   DequantizeProblem dq;
   dq.values = operand.values;
   dq.scales = operand.scales;
-  dq.recipe = operand_recipe(operand.format);
+  dq.format = operand.format;
   dq.layout = ScaleLayout::Swizzled;
   dq.rows = rows;
   dq.cols = k;

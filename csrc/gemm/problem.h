@@ -18,12 +18,6 @@
 
 namespace fp4_gemm {
 
-// Element format and block scale of an operand: E4M3/UE8M0 per 32, E2M1/UE8M0 per 32,
-// E2M1/UE4M3 per 16, E0M3/UE4M3 per 16; or plain bf16 values without scales (Bf16, the activations
-// of the W4A16 tier: A only, its block size is B's).
-enum class OperandFormat : int { Mxfp8 = 0, Mxfp4 = 1, Nvfp4 = 2, E0m3 = 3, Bf16 = 4 };
-inline constexpr std::string_view kOperandFormatNames[] = {"mxfp8", "mxfp4", "nvfp4", "e0m3", "bf16"};
-
 // Which weight matrix each row of A multiplies, and which rows the op owns (writes).
 //   Dense:      one weight.
 //   Batched:    rows [g * group_rows, (g + 1) * group_rows) use weight g.
@@ -47,21 +41,17 @@ inline constexpr std::string_view kOutFormatNames[] = {"bf16", "fp16", "nvfp4", 
 enum class Schedule : int { Auto = 0, StreamK = 1, M256 = 2 };
 inline constexpr std::string_view kScheduleNames[] = {"auto", "streamk", "m256"};
 
-// GemmProblem::variant: -1 lets dispatch and the backends choose; 0, 1 and 2 name a tile of the
-// Hopper engine or the Blackwell kernels (capabilities()["variant_names"]); 3 and 4 a kernel of the
-// M <= 16 tier (tests and benchmarks hold both to the reference; no public function passes them).
+// GemmProblem::variant: a kernel configuration the caller names; -1 lets dispatch and the backends
+// choose. 0, 1 and 2 are flashrt's "default", "widen" and "pingpong" ids, which each arch maps onto
+// a tile it has (capabilities()["variant_tiles"]): sm_90 128 x 128, 128 x 256 and 64 x 256; the
+// Blackwell kernels' BlackwellTile (blackwell_args.h). 3 and 4 name a kernel of the M <= 16 tier
+// (tests and benchmarks hold both to the reference; no public function passes them).
 inline constexpr int kVariantAuto = -1;
+inline constexpr int kVariantDefaultTile = 0;
+inline constexpr int kVariantWidenTile = 1;
+inline constexpr int kVariantPingpongTile = 2;
 inline constexpr int kVariantSkinnyStaged = 3;
 inline constexpr int kVariantSkinnyRegisterStream = 4;
-
-// Elements per scale block; a Bf16 operand has none (0), so callers take B's.
-inline constexpr int block_size(OperandFormat f) {
-  return f == OperandFormat::Bf16 ? 0 : f == OperandFormat::Mxfp8 || f == OperandFormat::Mxfp4 ? 32 : 16;
-}
-inline constexpr int element_bits(OperandFormat f) {
-  return f == OperandFormat::Bf16 ? 16 : f == OperandFormat::Mxfp8 ? 8 : 4;
-}
-inline constexpr bool block_scaled(OperandFormat f) { return f != OperandFormat::Bf16; }
 
 // A block-scaled operand: row-major stored values and CUTLASS SfAtom scales (docs/FORMATS.md).
 struct GemmOperand {

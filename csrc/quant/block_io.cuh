@@ -106,9 +106,8 @@ __device__ __forceinline__ void nibble_signs_of_words(const uint32_t* words, uin
 }
 
 // Rows a quantizing thread walks in its block column (the kernels' row loop strides over the
-// rest). The 4-bit recipes are short of issue slots, so a thread pays its setup once for four rows
-// (H200: NVFP4 0.74 -> 0.82 of copy bandwidth); MXFP8 is short of loads in flight, and keeps one
-// row a thread (0.90, against 0.81 at four).
+// rest). The 4-bit recipes are short of issue slots, so a thread pays its setup once for four rows;
+// MXFP8 is short of loads in flight, and keeps one row a thread (docs/PERFORMANCE.md).
 template <class Traits>
 constexpr int64_t kRowsPerThread = Traits::kElement == ElementCodec::E4M3 ? 1 : 4;
 

@@ -199,35 +199,33 @@ void dispatch_types(const DequantizeProblem& first, const DequantizeProblem* sec
   throw std::invalid_argument("fp4_gemm::dequantize: unknown output type");
 }
 
-void dispatch_recipe(const DequantizeProblem& first, const DequantizeProblem* second, cudaStream_t stream) {
-  switch (first.recipe) {
-    case Recipe::Mxfp8:
+void dispatch_format(const DequantizeProblem& first, const DequantizeProblem* second, cudaStream_t stream) {
+  switch (first.format) {
+    case OperandFormat::Mxfp8:
       return dispatch_types<Mxfp8Recipe>(first, second, stream);
-    case Recipe::Mxfp4:
+    case OperandFormat::Mxfp4:
       return dispatch_types<Mxfp4Recipe>(first, second, stream);
-    case Recipe::Nvfp4:
-    case Recipe::Nvfp4Mse:  // same stored encoding; the scale choice does not matter here
+    case OperandFormat::Nvfp4:
       return dispatch_types<Nvfp4Recipe>(first, second, stream);
-    case Recipe::E0m3:
+    case OperandFormat::E0m3:
       return dispatch_types<E0m3Recipe>(first, second, stream);
+    default:
+      throw std::invalid_argument("fp4_gemm::dequantize: a bf16 format has no scales");
   }
-  throw std::invalid_argument("fp4_gemm::dequantize: unknown recipe");
 }
-
-Recipe stored_recipe(Recipe recipe) { return recipe == Recipe::Nvfp4Mse ? Recipe::Nvfp4 : recipe; }
 
 }  // namespace
 
-void dequantize(const DequantizeProblem& problem, cudaStream_t stream) { dispatch_recipe(problem, nullptr, stream); }
+void dequantize(const DequantizeProblem& problem, cudaStream_t stream) { dispatch_format(problem, nullptr, stream); }
 
 bool pairable(const DequantizeProblem& first, const DequantizeProblem& second) {
-  return stored_recipe(first.recipe) == stored_recipe(second.recipe) && first.layout == second.layout &&
+  return first.format == second.format && first.layout == second.layout &&
          first.cols == second.cols && first.out_type == second.out_type;
 }
 
 void dequantize_pair(const DequantizeProblem& first, const DequantizeProblem& second, cudaStream_t stream) {
   if (!pairable(first, second)) throw std::invalid_argument("fp4_gemm::dequantize_pair: the matrices are not pairable");
-  dispatch_recipe(first, &second, stream);
+  dispatch_format(first, &second, stream);
 }
 
 }  // namespace fp4_gemm

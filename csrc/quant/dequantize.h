@@ -14,12 +14,12 @@
 namespace fp4_gemm {
 
 struct DequantizeProblem {
-  const void* values;     // [rows, cols] E4M3 bytes (Recipe::Mxfp8) or [rows, cols / 2] packed nibbles
+  const void* values;     // [rows, cols] E4M3 bytes (Mxfp8) or [rows, cols / 2] packed nibbles
   const uint8_t* scales;  // swizzled (sf_offset over rows x cols / g) or plain [rows, cols / g]
-  Recipe recipe;          // Mxfp8, Mxfp4, Nvfp4 (Nvfp4Mse is stored as Nvfp4), E0m3
+  OperandFormat format;   // Mxfp8, Mxfp4, Nvfp4 or E0m3
   ScaleLayout layout;
   int64_t rows;
-  int64_t cols;           // multiple of the recipe's block size
+  int64_t cols;           // multiple of the format's block size
   void* out;              // [rows, cols] row-major, out_type
   FloatType out_type;     // Bf16, Fp16 or Fp32
 };

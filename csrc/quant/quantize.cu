@@ -5,8 +5,8 @@
 // outside the input (a padded output) see zeros. Consecutive threads take consecutive blocks of a
 // row, so a warp reads one contiguous stretch of the row with 16-byte loads. Each block is read as
 // 32-bit words of two elements, from which amax and the code signs come two at a time
-// (block_io.cuh); the codes are then encoded on the FMA pipe (formats.cuh). Two 16-element blocks
-// per thread measured slower on the H200 (NVFP4 0.59 of copy bandwidth against 0.74; L2 95% busy).
+// (block_io.cuh); the codes are then encoded on the FMA pipe (formats.cuh). One block a thread:
+// two loaded the L2 harder than they saved (docs/PERFORMANCE.md).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -113,19 +113,24 @@ void dispatch_types(const QuantizeProblem& problem, cudaStream_t stream) {
 }  // namespace
 
 void quantize(const QuantizeProblem& problem, cudaStream_t stream) {
-  switch (problem.recipe) {
-    case Recipe::Mxfp8:
-      return dispatch_types<Mxfp8Recipe>(problem, stream);
-    case Recipe::Mxfp4:
-      return dispatch_types<Mxfp4Recipe>(problem, stream);
-    case Recipe::Nvfp4:
-      return dispatch_types<Nvfp4Recipe>(problem, stream);
-    case Recipe::Nvfp4Mse:
-      return dispatch_types<Nvfp4MseRecipe>(problem, stream);
-    case Recipe::E0m3:
-      return dispatch_types<E0m3Recipe>(problem, stream);
+  if (problem.least_squares_scale) {
+    if (problem.format != OperandFormat::Nvfp4) {
+      throw std::invalid_argument("fp4_gemm::quantize: the least-squares scale choice is NVFP4's");
+    }
+    return dispatch_types<Nvfp4MseRecipe>(problem, stream);
   }
-  throw std::invalid_argument("fp4_gemm::quantize: unknown recipe");
+  switch (problem.format) {
+    case OperandFormat::Mxfp8:
+      return dispatch_types<Mxfp8Recipe>(problem, stream);
+    case OperandFormat::Mxfp4:
+      return dispatch_types<Mxfp4Recipe>(problem, stream);
+    case OperandFormat::Nvfp4:
+      return dispatch_types<Nvfp4Recipe>(problem, stream);
+    case OperandFormat::E0m3:
+      return dispatch_types<E0m3Recipe>(problem, stream);
+    default:
+      throw std::invalid_argument("fp4_gemm::quantize: a bf16 format has no quantizer");
+  }
 }
 
 }  // namespace fp4_gemm

@@ -18,10 +18,13 @@ struct QuantizeProblem {
   int64_t in_cols;
   // The output may be larger than the input (zero padding done here, by bounded reads).
   int64_t out_rows;
-  int64_t out_cols;   // multiple of the recipe's block size
+  int64_t out_cols;   // multiple of the format's block size
   void* values;       // [out_rows, out_cols] E4M3 bytes, or [out_rows, out_cols / 2] packed nibbles
   uint8_t* scales;    // every byte of scale_grid(layout, out_rows, out_cols / g) is written
-  Recipe recipe;
+  OperandFormat format;  // Mxfp8, Mxfp4, Nvfp4 or E0m3
+  // NVFP4 only: each block's scale is the candidate of least squared error (docs/FORMATS.md, "MSE
+  // variants"), not the round-to-nearest one.
+  bool least_squares_scale = false;
   ScaleLayout layout;
   bool pdl;
 };

@@ -91,13 +91,13 @@ void launch(const SwigluQuantProblem& problem, cudaStream_t stream) {
 }  // namespace
 
 void swiglu_quant(const SwigluQuantProblem& problem, cudaStream_t stream) {
-  switch (problem.recipe) {
-    case Recipe::Mxfp8:
+  switch (problem.format) {
+    case OperandFormat::Mxfp8:
       return launch<Mxfp8Recipe>(problem, stream);
-    case Recipe::Nvfp4:
+    case OperandFormat::Nvfp4:
       return launch<Nvfp4Recipe>(problem, stream);
     default:
-      throw std::invalid_argument("fp4_gemm::swiglu_quant: the recipe must be mxfp8 or nvfp4");
+      throw std::invalid_argument("fp4_gemm::swiglu_quant: the format must be mxfp8 or nvfp4");
   }
 }
 

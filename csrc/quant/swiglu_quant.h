@@ -22,9 +22,9 @@ struct SwigluQuantProblem {
   const void* input;      // bf16 [rows, 2 * hidden], row-major, contiguous
   const int32_t* counts;  // [groups], device memory
   int64_t rows;           // groups * M
-  int64_t hidden;         // multiple of the recipe's block size
+  int64_t hidden;         // multiple of the format's block size
   int64_t groups;         // >= 1
-  Recipe recipe;          // Mxfp8 or Nvfp4
+  OperandFormat format;   // Mxfp8 or Nvfp4
   void* values;           // [rows, hidden] E4M3 bytes, or [rows, hidden / 2] packed nibbles
   uint8_t* scales;        // swizzled over rows x hidden / g: ceil(rows/128) * ceil(hidden/g/4) * 512 bytes
 };

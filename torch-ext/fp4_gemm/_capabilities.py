@@ -43,7 +43,15 @@ NVFP4_BLOCK_SIZE = reference.NVFP4.group
 NVFP4_SCALE_TILE_ROWS = reference.SF_TILE_ROWS
 NVFP4_SCALE_TILE_BLOCKS = reference.SF_TILE_COLS
 SUPPORTED_LAYOUTS = ("row-major-packed-e2m1", "cutlass-sm1xx-blockscaled", "fp4-gemm-stream-8x64")
-RUN_ARCHS = frozenset({"sm_90"})  # archs whose kernels ran in this package's tests (an H200)
+RUN_ARCHS = frozenset({"sm_90"})  # archs whose kernels ran in this package's tests (an H100 and an H200)
+# What flashrt's variant ids (variant_names) run on each capability's code, for dense GEMMs above 16
+# rows (csrc/gemm/sm90/backend.cu tile_shape, csrc/gemm/blackwell_args.h BlackwellTile).
+VARIANT_TILES = {
+    "9.0a": {0: "128 x 128", 1: "128 x 256", 2: "64 x 256 (no pingpong kernel: the short tile)"},
+    "10.0f": {0: "1-SM 128 x 128", 1: "2-SM 256 x 128", 2: "1-SM 128 x 128 (no pingpong kernel)"},
+    "11.0a": {0: "1-SM 128 x 128", 1: "2-SM 256 x 128", 2: "1-SM 128 x 128 (no pingpong kernel)"},
+    "12.0f": {0: "cooperative 128 x 128", 1: "cooperative 256 x 128 (FP4; MXFP8: 128 x 128)", 2: "pingpong 128 x 128"},
+}
 
 # public function -> the registered op that does its work
 FUNCTION_OPS = {
@@ -342,6 +350,7 @@ def capabilities() -> dict[str, object]:
         },
         "variants": {arch: (-1, *_validate.VARIANTS) for arch in ARCHS},
         "variant_names": {-1: "auto", 0: "default", 1: "widen", 2: "pingpong"},
+        "variant_tiles": {arch: dict(VARIANT_TILES[ARCHS[arch]]) for arch in ARCHS},
         "variant_hints": dict(_validate.FLASHRT_VARIANTS),  # flashrt's schedule ids -> the variant that runs
         "built_cuda_capabilities": tuple(built_archs()),
         "gemm_backends": tuple(f"sm_{cc}" for cc in ops.gemm_backend_archs()),

@@ -1,7 +1,7 @@
 // The skinny backend: which problems its two kernels serve, how a launch is planned, and the
 // registration. The staged kernel (kernel.cuh) serves every problem of the tier (slab warps, ring
 // depth, the K split over a cluster, the grid); the register-streaming kernel (register_stream.cuh)
-// dense problems with 4-bit or MXFP8 weights where it was measured faster (choose_stream_plan).
+// dense problems with 4-bit or MXFP8 weights where it is the faster of the two (choose_stream_plan).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -25,8 +25,7 @@ namespace {
 using KernelFn = void (*)(SkinnyArgs);
 
 // 128-byte stage rows, two stages: the smallest CTA that keeps a stage in flight, so the most CTAs
-// (and consumer warps) per SM. Measured on the H200 (results/h200-gemm-skinny-knobs.json): the
-// fastest or within 1% of it at every shape and M of the sweep; 3 x 3 ran 1.3-1.5x slower.
+// (and consumer warps) per SM (docs/PERFORMANCE.md, kDefaultLanes).
 constexpr int kDefaultLanes = 2;
 constexpr int kDefaultStages = 2;
 constexpr int kWideLanes = 4;  // where the K split cannot grow (make_plan): 256-byte stage rows
@@ -307,8 +306,8 @@ void set_operands(const GemmProblem& p, Args& args) {
 constexpr int kStreamStepsPerWarp = 4;  // the fewest steps of a row a warp's slice should hold
 constexpr int kStreamLongSteps = kStreamMaxWarps * kStreamStepsPerWarp;  // one CTA's warps at 4 steps each
 constexpr int kStreamClusterRows = 3;   // activation rows from which the planner's split runs (auto)
-// Steps of 16-row tiles of the 4-bit weights it runs at M > 8 (auto): 64 per SM of the H200's 132,
-// where it was measured; a fixed count, so that supports() decides without a device.
+// Steps of 16-row tiles of the 4-bit weights it runs at M > 8 (auto): 64 per SM of a 132-SM Hopper,
+// a fixed count, so that supports() decides without a device.
 constexpr int64_t kStreamSmallWeightTileSteps = 64 * 132;
 constexpr int kStreamMxfp8RowSteps = 64;     // the longest MXFP8 rows (K <= 8192) it runs at M > 8 (auto)
 
@@ -397,8 +396,7 @@ StreamPlan stream_plan_split(const GemmProblem& p, int splits, bool forced) {
 // activations do not fit in shared memory. Groups (Wt, S > 1 only): as many as fill 8 warps, at most
 // one per tile, so that more warps share the activations a CTA stages. Tiles per CTA: the knob, else
 // the fewest that fit the grid in one wave of resident clusters (counted at one tile per group):
-// measured on the H200 (benchmarks/NOTES.md), a second, partial wave costs more than the CTAs'
-// longer walks.
+// a second, partial wave costs more than the CTAs' longer walks.
 StreamPlan make_stream_plan(const GemmProblem& p, int splits, bool forced) {
   StreamPlan plan = stream_plan_split(p, splits, forced);
   std::tie(plan.kernel, plan.unbias_exponent) = select_stream_kernel(p, plan.token_tiles);
@@ -465,13 +463,11 @@ StreamPlan make_stream_plan(const GemmProblem& p, bool forced) {
 }
 
 // Where the register-streaming kernel runs, from the problem alone: where the variant names it, above
-// 16 rows (wide_stream_serves chose it), else (auto) as measured against the staged kernel on the
-// H200 (benchmarks/NOTES.md, "K split over a cluster" and "MXFP8 weights"): every dense problem of up
-// to 8 activation rows, and of 9 to 16 on expert-sized 4-bit weights (at most
-// kStreamSmallWeightTileSteps steps of 16-row tiles; on larger ones the staged kernel was as fast or
-// faster at (12288, 5120) and (8192, 8192)) and on MXFP8 rows of at most kStreamMxfp8RowSteps steps
-// (the staged kernel was faster at K = 17408). A grid limited to some SMs (sm_count) runs the staged
-// kernel, whose grid is persistent.
+// 16 rows (wide_stream_serves chose it), else (auto) where it beats the staged kernel: every dense
+// problem of up to 8 activation rows, and of 9 to 16 on expert-sized 4-bit weights (at most
+// kStreamSmallWeightTileSteps steps of 16-row tiles) and on MXFP8 rows of at most
+// kStreamMxfp8RowSteps steps (docs/PERFORMANCE.md). A grid limited to some SMs (sm_count) runs the
+// staged kernel, whose grid is persistent.
 bool register_stream_chosen(const GemmProblem& p) {
   if (p.variant == kVariantStaged || !register_stream_supported(p)) return false;
   if (p.variant == kVariantRegisterStream || p.m > kMaxTokens) return true;
@@ -484,11 +480,11 @@ bool register_stream_chosen(const GemmProblem& p) {
 
 // The register-streaming kernel's split where it runs (register_stream_chosen): the knobs where the
 // variant names it; from kStreamClusterRows rows on, the split of the least serial work
-// (make_stream_plan); with fewer, staging the activations is cheap and one CTA per K range measured
+// (make_stream_plan); with fewer, staging the activations is cheap and one CTA per K range is
 // fastest, unless that leaves its warps more than 4 steps each (long K): then the fewest CTAs, a
 // power of two, whose slices have at most kStreamLongSteps steps. MXFP8 rows long enough for that to
-// be kMaxSplits take it at every M (at K = 17408, M = 4, the least-work split measured slower than
-// the staged kernel, S = 8 faster). No kernel: the activations do not fit, the staged kernel runs;
+// be kMaxSplits take it at every M (the least-work split is slower there than the staged kernel,
+// S = 8 faster). No kernel: the activations do not fit, the staged kernel runs;
 // an NVFP4 output, which it alone encodes, then takes any split that fits (stream_fits: the largest
 // does).
 StreamPlan choose_stream_plan(const GemmProblem& p) {
@@ -537,8 +533,8 @@ bool wide_stream_serves(const GemmProblem& p) {
 // NVFP4 outputs (and GeGLU) the register-streaming kernel encodes in its epilogue: where it would
 // serve the same problem's float output (register_stream_chosen; 17 to 64 rows where
 // wide_stream_serves), without a residual, in whole 16-column blocks, with scales to write, where a
-// plan surely fits. The staged backend serves the others (measured on the H200: at 16 rows on a
-// 34816 x 5120 GeGLU weight this kernel took 98.7 us, the staged kernel and the encode 75.9).
+// plan surely fits. The staged backend serves the others (on large weights its staged kernel plus
+// the encode is the faster: docs/PERFORMANCE.md, stream_writes_nvfp4).
 bool stream_writes_nvfp4(const GemmProblem& p) {
   const GemmEpilogue& e = p.epilogue;
   if (e.residual != nullptr || e.out_scales == nullptr || p.n_out() % kNvfp4OutGroup != 0) return false;

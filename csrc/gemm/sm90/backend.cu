@@ -89,29 +89,22 @@ int device_sm_count() {
 int64_t sm_count(const GemmProblem& p) { return p.sm_count > 0 ? p.sm_count : device_sm_count(); }
 
 // The output tile, rows x columns. variant 0: 128 x 128; 1 ("widen"): 128 x 256; 2: 64 x 256 (dense
-// problems with block-scaled weights; others run 128 x 256); -1 picks by shape. Measured on the
-// H200: a 256-wide tile decodes half the A fragments per column and ran 1.4-1.6x faster per column
-// than a 128-wide one at every shape of benchmarks/bench_gemm.py, M = 256 included, where the extra
-// wave of the narrow tiles costs more than the wide tiles' tail.
+// problems with block-scaled weights; others run 128 x 256); -1 picks by shape. A 256-wide tile
+// decodes half the A fragments per column, which outweighs the narrow tiles' shorter tail wave.
 //
 // The 64-row tile runs no padding rows at M <= 64; above, it does about the same wgmma work as the
 // 128-row tile but decodes B once per 64 rows, which pays only while there is little work per SM
-// (short stream-K pieces: ramp, fix-up and epilogue dominate). Measured on the H200 with both tiles
-// decoding B in their decoder warpgroup (benchmarks/NOTES.md, "the 64-row tile's decoder
-// warpgroup"; results/h200-engine-tiles.json), 128 x 256 time / 64 x 256 time over M = 96..256 on
-// six (N, K) and NVFP4, MXFP8, MXFP4 and bf16 x NVFP4 (W4A16): 1.00-1.47 where the 64-row tiles
-// take at most 27 K tiles (of 64) per SM, 0.95-1.23 at 20 to 41 (above 1 where a 128-row tile
-// would be shared by many CTAs, (2048, 7168)), 0.67-0.94 from 54 on. Above 192 rows it stays on
-// 128 (at 256 x 7168 x 2048, 27 per SM, NVFP4 took 33.6 us on 64 rows against 29.3 on 128). Other
-// operand pairs (E0M3, bf16 x MXFP4: not measured) take it at M <= 64 only, where it is strictly
-// less work.
+// (short stream-K pieces: ramp, fix-up and epilogue dominate): up to kShortTileMaxRows rows and
+// kShortTileMaxKTilesPerSm K tiles per SM. Other operand pairs (E0M3, bf16 x MXFP4: not measured)
+// take it at M <= 64 only, where it is strictly less work. Evidence for each constant:
+// docs/PERFORMANCE.md, "Tuned constants".
 struct TileShape {
   int rows, width;
 };
 
 constexpr int64_t kShortTileRows = 64;
-constexpr int64_t kShortTileMaxRows = 192;        // above 64 rows, the auto choice as measured
-constexpr int64_t kShortTileMaxKTilesPerSm = 32;  // between the 27 measured faster and the 41 not
+constexpr int64_t kShortTileMaxRows = 192;
+constexpr int64_t kShortTileMaxKTilesPerSm = 32;
 
 bool short_tile_pays(const GemmProblem& p) {
   if (p.m <= kShortTileRows) return true;
@@ -127,25 +120,20 @@ bool short_tile_pays(const GemmProblem& p) {
 TileShape tile_shape(const GemmProblem& p) {
   if (p.grouping != Grouping::Dense) return {128, 256};  // the grouped kernels' one tile
   const bool short_tile_built = p.b.format != OperandFormat::Bf16;
-  if (p.variant == 0) return {128, 128};
-  if (p.variant == 1) return {128, 256};
-  if (p.variant == 2) return {short_tile_built ? 64 : 128, 256};
+  if (p.variant == kVariantDefaultTile) return {128, 128};
+  if (p.variant == kVariantWidenTile) return {128, 256};
+  if (p.variant == kVariantPingpongTile) return {short_tile_built ? 64 : 128, 256};  // no pingpong kernel here
   if (p.n <= 128) return {128, 128};
   return {short_tile_built && short_tile_pays(p) ? 64 : 128, 256};
 }
 
-// How the CTAs share the work (engine.cuh, "work split"): one whole tile per CTA, or stream-K over
+// How the CTAs share the work (scheduler.cuh): one whole tile per CTA, or stream-K over
 // one CTA per SM. Stream-K pays for its partial-tile fix-up only where whole tiles would leave their
 // waves less than kWholeTileFillPercent full and there are few waves to spread that over; the
 // streamk schedule asks for it always. Whole tiles in tile order have a wave's CTAs on neighbouring
 // tiles at the same K offset, sharing A's and B's tiles in L2; stream-K's CTAs sit each at its own
-// K offset, spread over the whole output. Measured on the H200 (benchmarks/NOTES.md, session 19;
-// results/h200-engine-split.json), stream-K time / whole-tile time: where whole tiles fill their
-// waves to 97 %, 0.985-1.05 for the fused formats, 1.30-1.38 with a bf16 scratch B (M = 4096 on
-// 8192 x 8192 and 4096 x 7168) and 1.08-1.70 with bf16 operands; at 69-85 % 0.73-0.96, except one
-// wave of 85 % (512 x 7168 x 2048: 1.08-1.12, one shape, kept on stream-K). (Whole tiles for all
-// waves but the last one or two plus stream-K for the rest ran the 1.03-wave 256 x 17408 x 5120
-// NVFP4 9-13% slower, 2026-12-01.)
+// K offset, spread over the whole output, so they lose that sharing (docs/PERFORMANCE.md,
+// kWholeTileFillPercent).
 // A tile of fewer than kStreamKMinKTiles K tiles (K < 512) runs whole in any case: its walk is too
 // short to share, and whole tiles need no partial-tile fix-up and no flags, whose clearing is one
 // more launch.
@@ -182,9 +170,8 @@ WorkSplit work_split(const GemmProblem& p, const TileShape& tile) {
 
 // B is dequantized once into a bf16 scratch matrix (BSource::Bf16) when at least this many 128-row
 // tiles of A would each decode it again; that costs K * N * (bits / 8 + 2) bytes of memory traffic
-// and the scratch, and frees the consumers from decoding B. 128 x 256 tiles only. Measured on the
-// H200 (cuBLAS bf16 time / ours): M = 2048 0.61-0.66 with it against 0.65-0.69 without; M = 4096
-// 0.70-0.75 against 0.62; 8192^3 0.83-0.90 against 0.70.
+// and the scratch, and frees the consumers from decoding B. 128 x 256 tiles only
+// (docs/PERFORMANCE.md, kBf16BMinRowTiles).
 constexpr int64_t kBf16BMinRowTiles = 24;
 
 // The bf16 copy of B is transient scratch; past this size the packed path runs instead.
@@ -234,8 +221,8 @@ const void* dequantize_b(const GemmProblem& p, const Scratch& layout, cudaStream
 }
 
 // Lowers the stream-K flags before the engine runs (one block). The engine is launched behind it
-// with PDL, so its prologue (barriers, tensor maps) overlaps this kernel, where a cudaMemsetAsync
-// left a gap of ~1.5 us before it (benchmarks/NOTES.md, "the engine's fixed cost").
+// with PDL, so its prologue (barriers, tensor maps) overlaps this kernel; a cudaMemsetAsync would
+// leave a gap before it.
 __global__ void clear_flags(int* flags, int count) {
   griddep_wait();  // the previous kernel may still be reading the scratch these flags live in
   griddep_launch_dependents();

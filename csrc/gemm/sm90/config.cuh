@@ -74,10 +74,8 @@ struct EngineConfig {
   // Dense 256-wide tiles with a packed B (128 or 64 rows) have a decoder warpgroup (kDecodeWarps):
   // it decodes all of B into the rotating bf16 tiles, running ahead of the consumers (mbarriers
   // hand the tiles over and back), and the consumers decode only A into fragments and issue the
-  // wgmmas. In the consumers' own instruction stream the decode and the wgmmas overlapped little:
-  // at 256 x 17408 x 5120 NVFP4 the K loop took 110 us, without the decode 77 us, without the
-  // wgmmas 72 us (benchmarks/NOTES.md). A 64-row tile's decoders ran it 1.01-1.12x faster at
-  // M = 64 and 1.04-1.20x at M = 96..192 than its consumers decoding B themselves (H200).
+  // wgmmas: in the consumers' own instruction stream the decode and the wgmmas hardly overlapped
+  // (docs/PERFORMANCE.md, kDecodeWarps).
   static constexpr bool kDecodeWarps = kPackedB && kGrouping == Grouping::Dense && kBlockN == 256;
   static constexpr int kDecoderThreads = kDecodeWarps ? 128 : 0;
   static constexpr int kThreads = 128 + kConsumerThreads + kDecoderThreads;
@@ -140,16 +138,15 @@ struct EngineConfig {
   static constexpr int kValueExponentA = kA == OperandFormat::Nvfp4 && kPackedB ? 7 : 0;
   static constexpr int kValueExponentB = kB == OperandFormat::Nvfp4 && kPackedB ? 7 : 0;
   // The register-fragment K loop unrolled twice (two fragment buffers alternating, no moves), where
-  // it measured faster (benchmarks/NOTES.md): not for MXFP8, whose larger loop body ran 1-3% slower
-  // unrolled, nor for E0M3 weights (not measured).
+  // that is faster: not for MXFP8, whose larger loop body is slower unrolled, nor for E0M3 weights
+  // (not measured; docs/PERFORMANCE.md, kAlternatingFragments).
   static constexpr bool kAlternatingFragments = kA != OperandFormat::Mxfp8 && kB != OperandFormat::E0m3;
   static_assert(!kBf16A || kB == OperandFormat::Bf16 || kB == OperandFormat::Nvfp4 || kB == OperandFormat::Mxfp4,
                 "bf16 activations pair with 4-bit weights (the fragment order of a packed B) or bf16 weights");
 
   // The CTA's 384 x 168 registers, shifted to the consumers (setmaxnreg). A grouped producer walks
   // the groups and addresses up to five scale atoms per stage: it gets 16 more (at 40 it spilled in
-  // its K loop); dense consumers keep 232 (a build with 224 ran 64 x 17408 x 5120 NVFP4 at 0.78x
-  // cuBLAS on the H200 against 0.89x before).
+  // its K loop); dense consumers keep 232 (fewer slowed the K loop: docs/PERFORMANCE.md).
   // With decode warps the 512 threads' 128 registers at launch go 24 (producer), 64 (decoders) and
   // 208 (consumers).
   static constexpr int kProducerRegisters = kDecodeWarps ? 24 : kGrouping == Grouping::Dense ? 40 : 56;

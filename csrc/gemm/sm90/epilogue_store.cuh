@@ -12,11 +12,10 @@ namespace fp4_gemm::sm90 {
 
 // The epilogue. Accumulators go through shared memory (the bf16 tiles are free once both
 // warpgroups retired their last wgmma; the ring is not, the producer may be filling it with the
-// next tile), so that the global stores are wide and coalesced. (Storing from the fragment layout,
-// or walking the staging as column pairs, cost ~60 instructions per pair with bounds and 64-bit
-// addressing, and ~9.5 us per 128 x 256 tile on the H200: a quarter of a short stream-K piece;
-// benchmarks/NOTES.md, "the engine's fixed cost".) Only the tile's rows that its group owns are
-// written (rows below m_end; contiguous groups: rows with the group's id).
+// next tile), so that the global stores are wide and coalesced: stores from the fragment layout, or
+// column pairs walked through the staging, pay bounds checks and 64-bit addressing per pair, which
+// short stream-K pieces cannot hide. Only the tile's rows that its group owns are written (rows
+// below m_end; contiguous groups: rows with the group's id).
 //
 // Plain scaling into 16-bit outputs of rows of a multiple of eight (store_tile_16bit): the whole
 // tile is staged at once in the output type, both warpgroups at the same time, then each thread

@@ -159,7 +159,7 @@ __device__ __forceinline__ void free_staging() {
 // orders both sides of the generic/async boundary: the bf16 tiles' stores before the wgmmas that
 // read them (the caller then hands the tiles over), and this stage's shared loads (still in flight
 // at the arrive, their registers used after it) before the producer's next TMA write into the
-// stage, which the arrive's release alone does not (benchmarks/NOTES.md).
+// stage, which the arrive's release alone does not.
 template <class Config>
 __device__ __forceinline__ void free_decoded_stage(const SharedStorage<Config>& smem, int stage, int lane) {
   ptx::fence_async_shared();

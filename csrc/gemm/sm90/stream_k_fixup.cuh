@@ -46,9 +46,9 @@ __device__ __forceinline__ void await_partials(const EngineParams& p, int64_t le
 // CTAs first..last, in that order (the sum does not depend on which contributor finished first).
 // Their flags are awaited all at once (await_partials).
 // kGatherPairs: the 64-row tile of NVFP4 or MXFP4 loads two partials at a time (its 64 accumulators
-// leave the registers for them): one L2 round trip for both. It measured 1.01-1.05x at M = 64 on the
-// H200, most where a tile has many pieces (64 x 2048 x 7168: 16); MXFP8 ran 1-2 % slower with it,
-// W4A16 no faster, and the 128-row tile has no registers for it (benchmarks/NOTES.md, session 18).
+// leave the registers for them): one L2 round trip for both. It pays most where a tile has many
+// pieces; MXFP8 and W4A16 gain nothing from it, and the 128-row tile has no registers for it
+// (docs/PERFORMANCE.md, kGatherPairs).
 template <class Config>
 __device__ __forceinline__ void gather_partials(const EngineParams& p, float (&acc)[Config::kAccumulators],
                                                 int64_t first, int64_t last, int consumer) {
@@ -84,10 +84,8 @@ __device__ __forceinline__ void gather_partials(const EngineParams& p, float (&a
 }
 
 // Stream-K: a 64-row split tile shared by at least this many CTAs that end in it spreads its fix-up
-// over them (spread_fixup); fewer leave it to the owner (gather_partials). Measured on the H200
-// (benchmarks/NOTES.md, session 19) against the owner alone: 1.27-1.44x at 22 sharers
-// (64 x 1536 x 7168), 1.08-1.21x at 16 (64 x 2048 x 7168); a first version spreading from 2 sharers
-// on ran 0.95-1.00x at 8 (64 x 4096 x 7168) and 0.89-0.92x at 2-3.
+// over them (spread_fixup); fewer leave it to the owner (gather_partials): with few sharers the
+// spread's extra flags cost more than the reads it spreads (docs/PERFORMANCE.md, kSpreadFixupSharers).
 constexpr int kSpreadFixupSharers = 12;
 
 // Stream-K, a split tile shared by kSpreadFixupSharers or more CTAs that end in it (its owner and
@@ -95,11 +93,9 @@ constexpr int kSpreadFixupSharers = 12;
 // for c < kFixupChunks, waits for all the tile's partials, adds chunk c of them (an eighth of the
 // tile) in the owner's gather's order (the owner's first, then in CTA order: bitwise the same sums)
 // and stores it through the epilogue from the fragment layout, with store_tile's operations per
-// element. One SM reading every partial is bound by its share of L2 bandwidth (about 0.55 us per
-// 64 KB partial on the H200, 16-22 partials at 64 x 1536..2048 x 7168); spread, each of 8 SMs reads
-// an eighth. The chunk is a runtime index into the partials only, so the code is one copy: a copy
-// per chunk, adding into the accumulators, made the kernels' other shapes 1-3 % slower; this one
-// still costs the 64-row kernels 0.4-2.9 % where it is not taken (benchmarks/NOTES.md).
+// element. One SM reading every partial is bound by its share of L2 bandwidth; spread, each of
+// kFixupChunks SMs reads a chunk. The chunk is a runtime index into the partials only, so the code
+// is one copy: a copy per chunk, adding into the accumulators, slowed the kernels' other shapes.
 template <class Config>
 __device__ __forceinline__ void spread_fixup(const EngineParams& p, const WorkTile& t, int64_t owner_slot,
                                              int64_t owner, int64_t last, int chunk, int consumer) {
