@@ -199,7 +199,7 @@ def w4a16(args: argparse.Namespace) -> dict:
 def staged(args: argparse.Namespace) -> dict:
     """NVFP4-output and GeGLU GEMMs against the same GEMM with a bf16 output and against the reference.
 
-    The staged backend (csrc/gemm/staged.cu): what staging costs over the same GEMM with a bf16 output,
+    The staged backend (csrc/gemm/composed/staged.cu): what staging costs over the same GEMM with a bf16 output,
     and the speed-up over the reference these functions ran before (float64 math with PyTorch ops on the
     GPU). The reference first, then ours.
     """
@@ -211,7 +211,7 @@ def staged(args: argparse.Namespace) -> dict:
 def e0m3_split(args: argparse.Namespace) -> dict:
     """The E0M3 split backend against the Hopper engine.
 
-    The split backend (csrc/gemm/e0m3_split.cu), run by name: what splitting each E0M3 integer into two
+    The split backend (csrc/gemm/composed/e0m3_split.cu), run by name: what splitting each E0M3 integer into two
     E2M1 values costs against the Hopper engine, which reads E0M3 itself, and how much of it is the NVFP4
     GEMM over K' (the same GEMM alone, on operands split once; the difference is the split kernels plus
     the spread between two separately timed medians). The engine first.

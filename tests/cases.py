@@ -63,7 +63,7 @@ ARCH_CAPABILITIES = {
 CAPABILITIES = {compute_capability(c): c for c in build_capabilities()}
 BLACKWELL_CAPABILITIES = {cc: c for cc, c in CAPABILITIES.items() if cc >= 100}
 
-# The kinds of GEMM the staged backend serves (csrc/gemm/staged.cu): NVFP4 outputs with each
+# The kinds of GEMM the staged backend serves (csrc/gemm/composed/staged.cu): NVFP4 outputs with each
 # finishing step, and GeGLU.
 STAGED_KINDS = (
     {"out_format": "nvfp4"},

@@ -30,7 +30,7 @@ FORMATS = ("mxfp8", "mxfp4", "nvfp4")
 BACKENDS = {cc: f"sm{cc}_cutlass" for cc in BLACKWELL}
 
 
-# ---- the instantiation table (csrc/gemm/blackwell_args.h: blackwell_tile_built) -------------------
+# ---- the instantiation table (csrc/gemm/blackwell/args.h: blackwell_tile_built) -------------------
 
 
 def kernel_count(dispatch_probe, cc: int, fmt: str) -> int:
@@ -174,7 +174,7 @@ def test_backend_serves_every_schedule_of_row_major_weights(fp4, cc, schedule):
     assert dispatched(fp4, cc, m=512, schedule=schedule) == BACKENDS[cc]
 
 
-# ---- which kernel the dispatch picks (blackwell_backend.h's visit, choose_blackwell_tile) --------
+# ---- which kernel the dispatch picks (blackwell/backend.h's visit, choose_blackwell_tile) --------
 
 # A host program over the dispatch headers, with a stand-in kernel table that names what it visits:
 # one line per problem kind and arch, "<grouping> <variant> | <kernel, schedule auto> | <kernel,
@@ -184,7 +184,7 @@ def test_backend_serves_every_schedule_of_row_major_weights(fp4, cc, schedule):
 DISPATCH_PROBE = r"""
 #include <cstdio>
 
-#include "csrc/gemm/blackwell_backend.h"
+#include "csrc/gemm/blackwell/backend.h"
 
 using namespace fp4_gemm;
 

@@ -82,11 +82,30 @@ def test_build_toml_capability_survives_kernel_builders_arch_filter(capability):
     assert capability[:-1] in KERNEL_BUILDER_CUDA13_ARCHS
 
 
-def test_build_toml_sources_exist_and_appear_once():
+def test_build_toml_sources_exist_and_units_compile_in_one_section():
     config = build_config()
     sources = list(config["torch"]["src"]) + [s for k in config["kernel"].values() for s in k["src"]]
     assert [s for s in sources if not (ROOT / s).is_file()] == []
-    assert len(sources) == len(set(sources))
+    units = [s for k in config["kernel"].values() for s in k["src"] if s.endswith((".cu", ".cpp"))]
+    assert len(units) == len(set(units))
+
+
+def included_sources(files: list[str]) -> set[str]:
+    """The files and every csrc/ header they include, transitively."""
+    seen, todo = set(), list(files)
+    while todo:
+        path = todo.pop()
+        if path not in seen:
+            seen.add(path)
+            todo += re.findall(r'#include "(csrc/[^"]+)"', (ROOT / path).read_text())
+    return seen
+
+
+@pytest.mark.parametrize("section", sorted(build_config()["kernel"]))
+def test_build_toml_section_lists_every_source_its_units_include(section):
+    kernel = build_config()["kernel"][section]
+    units = [s for s in kernel["src"] if s.endswith((".cu", ".cpp"))]
+    assert included_sources(units) == set(kernel["src"]), section
 
 
 def test_every_csrc_file_is_listed_in_build_toml():

@@ -55,7 +55,7 @@ def test_measured_thresholds_live_in_the_dispatch_file_only():
     """supports() says what a backend can serve; no backend keeps a threshold of the policy."""
     policy = requires_repo_file("csrc/gemm/dispatch.cpp").read_text()
     assert "kCompositionMinRowsSameFormat = 768" in policy and "kWideStreamMaxTileTokens = 1024" in policy
-    for backend in ("csrc/gemm/composition.cu", "csrc/gemm/skinny/backend.cu"):
+    for backend in ("csrc/gemm/composed/composition.cu", "csrc/gemm/skinny/backend.cu"):
         source = (ROOT / backend).read_text()
         assert not re.search(r"\b(768|1024)\b.*rows|kSameFormatMinRows|kWideStreamMaxTileTokens", source), backend
 

@@ -1,4 +1,4 @@
-"""The composition backend (csrc/gemm/composition.cu): a dense GEMM as the exact dequantization of
+"""The composition backend (csrc/gemm/composed/composition.cu): a dense GEMM as the exact dequantization of
 both operands into 16-bit scratch plus one cuBLASLt matmul (float32 accumulation, the epilogue in
 float32, one rounding to the output).
 

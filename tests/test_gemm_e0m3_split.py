@@ -1,4 +1,4 @@
-"""The E0M3 split backend (csrc/gemm/e0m3_split.cu): E0M3 operands as one NVFP4 GEMM over
+"""The E0M3 split backend (csrc/gemm/composed/e0m3_split.cu): E0M3 operands as one NVFP4 GEMM over
 K' = S K, every E0M3 integer being the sum of two E2M1 values with its sign.
 
 Host-side: the identity, the reference GEMM of the split operands (the layout the kernel writes:

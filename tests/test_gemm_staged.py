@@ -1,4 +1,4 @@
-"""The staged backend (csrc/gemm/staged.cu): NVFP4 outputs and GeGLU through a float32/fp16 stage
+"""The staged backend (csrc/gemm/composed/staged.cu): NVFP4 outputs and GeGLU through a float32/fp16 stage
 written by the backend that serves the float-output problem (the Hopper engine, or the skinny tier
 where the register-streaming kernel does not encode the output itself: test_gemm_stream_nvfp4.py),
 then finished and encoded by one kernel with the NVFP4 codec.

@@ -1,5 +1,5 @@
 """tile_group_scales: a grouping's experts, and their scales re-laid onto whole 128-row SfAtom
-tiles (csrc/gemm/group_scales.h; reference.tile_group_scales_into), which the Blackwell grouped and
+tiles (csrc/gemm/blackwell/group_scales.h; reference.tile_group_scales_into), which the Blackwell grouped and
 batched GEMMs run before CUTLASS's kernels: contiguous groups from the expert ids, strided groups
 (g owns rows [g R, (g + 1) R)) from R alone.
 

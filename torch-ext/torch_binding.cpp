@@ -25,7 +25,7 @@
 #include "csrc/common/types.h"
 #include "csrc/gemm/backends.h"
 #include "csrc/gemm/dispatch.h"
-#include "csrc/gemm/group_scales.h"
+#include "csrc/gemm/blackwell/group_scales.h"
 #include "csrc/quant/dequantize.h"
 #include "csrc/quant/permute.h"
 #include "csrc/quant/quantize.h"
@@ -659,7 +659,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   // Groups on whole scale tiles: contiguous (group_index = expert id per row) or, without
   // group_index, strided (group g = rows [g * group_rows, (g + 1) * group_rows)). Each group's first
   // row, rows and first tile into layout [3, groups], and its rows' swizzled scales re-laid from that
-  // tile on into out_scales (csrc/gemm/group_scales.h); what grouped GEMM kernels run first.
+  // tile on into out_scales (csrc/gemm/blackwell/group_scales.h); what grouped GEMM kernels run first.
   def_native(ops, "tile_group_scales",
              "(Tensor? group_index, int group_rows, Tensor scales, int groups, int nkb, Tensor(a!) layout, "
              "Tensor(b!) out_scales) -> ()",

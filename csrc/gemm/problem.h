@@ -44,7 +44,7 @@ inline constexpr std::string_view kScheduleNames[] = {"auto", "streamk", "m256"}
 // GemmProblem::variant: a kernel configuration the caller names; -1 lets dispatch and the backends
 // choose. 0, 1 and 2 are flashrt's "default", "widen" and "pingpong" ids, which each arch maps onto
 // a tile it has (capabilities()["variant_tiles"]): sm_90 128 x 128, 128 x 256 and 64 x 256; the
-// Blackwell kernels' BlackwellTile (blackwell_args.h). 3 and 4 name a kernel of the M <= 16 tier
+// Blackwell kernels' BlackwellTile (blackwell/args.h). 3 and 4 name a kernel of the M <= 16 tier
 // (tests and benchmarks hold both to the reference; no public function passes them).
 inline constexpr int kVariantAuto = -1;
 inline constexpr int kVariantDefaultTile = 0;

@@ -45,7 +45,7 @@ NVFP4_SCALE_TILE_BLOCKS = reference.SF_TILE_COLS
 SUPPORTED_LAYOUTS = ("row-major-packed-e2m1", "cutlass-sm1xx-blockscaled", "fp4-gemm-stream-8x64")
 RUN_ARCHS = frozenset({"sm_90"})  # archs whose kernels ran in this package's tests (an H100 and an H200)
 # What flashrt's variant ids (variant_names) run on each capability's code, for dense GEMMs above 16
-# rows (csrc/gemm/sm90/backend.cu tile_shape, csrc/gemm/blackwell_args.h BlackwellTile).
+# rows (csrc/gemm/sm90/backend.cu tile_shape, csrc/gemm/blackwell/args.h BlackwellTile).
 VARIANT_TILES = {
     "9.0a": {0: "128 x 128", 1: "128 x 256", 2: "64 x 256 (no pingpong kernel: the short tile)"},
     "10.0f": {0: "1-SM 128 x 128", 1: "2-SM 256 x 128", 2: "1-SM 128 x 128 (no pingpong kernel)"},
@@ -285,7 +285,7 @@ def flashrt_keys() -> dict[str, object]:
         "layouts": SUPPORTED_LAYOUTS,
         "cuda_capabilities": SUPPORTED_CUDA_CAPABILITIES,
         "public_m_alignment": 1,
-        "raw_sm120_tile_m": 128,  # the default tile's rows (csrc/gemm/blackwell_args.h)
+        "raw_sm120_tile_m": 128,  # the default tile's rows (csrc/gemm/blackwell/args.h)
         "sm120_m256_min_m": _validate.M256_MIN_M,
         "sm120_m256_qualified_nk": (),
         "sm120_m256_diagnostic_nk": (),

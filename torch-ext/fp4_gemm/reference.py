@@ -435,7 +435,7 @@ def row_groups(
 
 def group_scale_tiles(rows: int, groups: int) -> int:
     """128-row tiles that tile_group_scales_into may fill: ceil(rows / 128) + groups, since the sum
-    over experts of ceil(rows_e / 128) is at most rows / 128 + groups (csrc/gemm/group_scales.h)."""
+    over experts of ceil(rows_e / 128) is at most rows / 128 + groups (csrc/gemm/blackwell/group_scales.h)."""
     return _ceil_div(rows, SF_TILE_ROWS) + groups
 
 

@@ -1,4 +1,4 @@
-// The Blackwell epilogue tree reads its bias as float32 (blackwell_epilogue.cuh), so that one kernel
+// The Blackwell epilogue tree reads its bias as float32 (blackwell/epilogue.cuh), so that one kernel
 // per (format, output type, tile) serves every bias dtype the API takes: a bf16 or fp16 bias, or an
 // fp32 one that is not 16-byte aligned for the tree's vector loads, is first copied into scratch as
 // float32. The widening is exact, so the result is the same as reading the bias in its own type.

@@ -1,6 +1,6 @@
 // Registers the sm_100f GEMM backend: the CUTLASS block-scaled kernels of sm100/recipe.cuh for every
 // problem blackwell_supports() accepts.
-#include "csrc/gemm/blackwell_backend.h"
+#include "csrc/gemm/blackwell/backend.h"
 
 namespace fp4_gemm {
 namespace {

@@ -1,6 +1,6 @@
 // Registers the sm_120f GEMM backend: the CUTLASS block-scaled kernels of sm120/recipe.cuh for every
 // problem blackwell_supports() accepts.
-#include "csrc/gemm/blackwell_backend.h"
+#include "csrc/gemm/blackwell/backend.h"
 
 namespace fp4_gemm {
 namespace {

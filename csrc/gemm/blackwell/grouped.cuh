@@ -21,9 +21,9 @@
 
 #include "csrc/common/launch.cuh"
 #include "csrc/gemm/backends.h"
-#include "csrc/gemm/blackwell_run.cuh"
-#include "csrc/gemm/float_bias.h"
-#include "csrc/gemm/group_scales.h"
+#include "csrc/gemm/blackwell/run.cuh"
+#include "csrc/gemm/blackwell/float_bias.h"
+#include "csrc/gemm/blackwell/group_scales.h"
 
 namespace fp4_gemm {
 
@@ -115,7 +115,7 @@ struct GroupSource {
 };
 
 // One thread per group: the group's shape (its row count) and its slices of every buffer.
-// `Arch` keeps the sm_100f and sm_110a instantiations apart (blackwell_epilogue.cuh says why).
+// `Arch` keeps the sm_100f and sm_110a instantiations apart (blackwell/epilogue.cuh says why).
 template <GemmArch Arch, class Types>
 __global__ void group_arguments(GroupSource<Types> s) {
   griddep_wait();  // masked_m or the tiles may come from the previous kernel

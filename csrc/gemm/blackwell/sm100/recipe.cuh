@@ -6,11 +6,11 @@
 // Operands NVFP4 (nv_float4_t<e2m1>, UE4M3 per 16), MXFP4 (mx_float4_t<e2m1>, UE8M0 per 32) or MXFP8
 // (mx_float8_t<e4m3>, UE8M0 per 32), scales in the SfAtom layout; D bf16 or fp16 (float32 for the
 // staged backend's stage, NVFP4 operands and default tile only); the epilogue is
-// blackwell_epilogue.cuh. Tiles: Default = 1-SM MMA 128 x 128, Widen = 2-SM MMA 256 x 128 on a 2 x 1
+// blackwell/epilogue.cuh. Tiles: Default = 1-SM MMA 128 x 128, Widen = 2-SM MMA 256 x 128 on a 2 x 1
 // cluster, StreamK = the default tile under CUTLASS's stream-K tile scheduler (NVFP4 -> bf16, the
 // streamk functions); K per stage is 128 bytes of each operand row (256 FP4 or 128 FP8 elements).
 // Dense and batched (L mode) problems run the GemmUniversal kernel of their tile, masked and
-// contiguous groups the ptr-array kernel of the default tile (blackwell_grouped.cuh).
+// contiguous groups the ptr-array kernel of the default tile (blackwell/grouped.cuh).
 // Constraints: blackwell_supports(). Reference: reference.gemm_into.
 #pragma once
 
@@ -21,10 +21,10 @@
 
 #include <type_traits>
 
-#include "csrc/gemm/blackwell_backend.h"
-#include "csrc/gemm/blackwell_epilogue.cuh"
-#include "csrc/gemm/blackwell_grouped.cuh"
-#include "csrc/gemm/blackwell_run.cuh"
+#include "csrc/gemm/blackwell/backend.h"
+#include "csrc/gemm/blackwell/epilogue.cuh"
+#include "csrc/gemm/blackwell/grouped.cuh"
+#include "csrc/gemm/blackwell/run.cuh"
 #include "cutlass/detail/sm100_blockscaled_layout.hpp"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
@@ -64,7 +64,7 @@ struct Sm100Operand<OperandFormat::Mxfp8> {
 };
 
 // `Grouped`: the ptr-array kernel of masked and contiguous problems (per-group arguments in device
-// arrays, blackwell_grouped.cuh), default tile only.
+// arrays, blackwell/grouped.cuh), default tile only.
 template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile, bool Grouped = false>
 struct Sm100Recipe {
   static_assert(Tile == BlackwellTile::Default || (Tile != BlackwellTile::Pingpong && !Grouped),

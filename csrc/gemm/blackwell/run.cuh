@@ -16,8 +16,8 @@
 #include <type_traits>
 
 #include "csrc/common/check.h"
-#include "csrc/gemm/blackwell_args.h"
-#include "csrc/gemm/blackwell_epilogue.cuh"
+#include "csrc/gemm/blackwell/args.h"
+#include "csrc/gemm/blackwell/epilogue.cuh"
 #include "cutlass/cutlass.h"
 #include "cutlass/numeric_types.h"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"

@@ -1,7 +1,7 @@
 // The Blackwell GEMM backends: one per arch section (sm100, sm110, sm120), each a table of CUTLASS
 // kernels indexed by (operand format, output type, tile), instantiated in the section's gemm_*.cu
 // files and chosen here at run time. Light on purpose: the registering backend.cu units include no
-// CUTLASS. NVFP4 outputs and GeGLU go through the staged backend (csrc/gemm/staged.cu), which asks
+// CUTLASS. NVFP4 outputs and GeGLU go through the staged backend (csrc/gemm/composed/staged.cu), which asks
 // these kernels for an fp16 or (NVFP4 operands, default tile) float32 result.
 #pragma once
 
@@ -12,7 +12,7 @@
 #include <string>
 
 #include "csrc/gemm/backends.h"
-#include "csrc/gemm/blackwell_args.h"
+#include "csrc/gemm/blackwell/args.h"
 #include "csrc/gemm/problem.h"
 
 namespace fp4_gemm {

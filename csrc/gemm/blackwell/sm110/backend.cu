@@ -1,6 +1,6 @@
 // Registers the sm_110a GEMM backend: the sm100 recipe's kernels compiled for Jetson Thor (the
 // section's gemm_*.cu) for every problem blackwell_supports() accepts.
-#include "csrc/gemm/blackwell_backend.h"
+#include "csrc/gemm/blackwell/backend.h"
 
 namespace fp4_gemm {
 namespace {

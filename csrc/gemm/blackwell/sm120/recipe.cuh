@@ -6,12 +6,12 @@
 // Operands NVFP4 (nv_float4_t<e2m1>, UE4M3 per 16), MXFP4 (mx_float4_t<e2m1>, UE8M0 per 32) or MXFP8
 // (mx_float8_t<e4m3>, UE8M0 per 32), scales in the SfAtom layout; D bf16 or fp16 (float32 for the
 // staged backend's stage, NVFP4 operands and default tile only); the epilogue is
-// blackwell_epilogue.cuh. Tiles (128 K elements per stage, the shapes CUTLASS documents for these
+// blackwell/epilogue.cuh. Tiles (128 K elements per stage, the shapes CUTLASS documents for these
 // schedules): Default = cooperative 128 x 128, Widen = cooperative 256 x 128, Pingpong = two
 // consumer warpgroups on alternating 128 x 128 tiles, StreamK = the default tile under CUTLASS's
 // stream-K tile scheduler (NVFP4 -> bf16, the streamk functions; the pingpong kernel takes no
 // stream-K scheduler). Dense and batched (L mode) problems run the GemmUniversal kernel of their
-// tile, masked and contiguous groups the grouped kernel of the default tile (blackwell_grouped.cuh).
+// tile, masked and contiguous groups the grouped kernel of the default tile (blackwell/grouped.cuh).
 // Constraints: blackwell_supports(). Reference: reference.gemm_into.
 #pragma once
 
@@ -21,10 +21,10 @@
 
 #include <type_traits>
 
-#include "csrc/gemm/blackwell_backend.h"
-#include "csrc/gemm/blackwell_epilogue.cuh"
-#include "csrc/gemm/blackwell_grouped.cuh"
-#include "csrc/gemm/blackwell_run.cuh"
+#include "csrc/gemm/blackwell/backend.h"
+#include "csrc/gemm/blackwell/epilogue.cuh"
+#include "csrc/gemm/blackwell/grouped.cuh"
+#include "csrc/gemm/blackwell/run.cuh"
 #include "cutlass/detail/sm100_blockscaled_layout.hpp"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
@@ -61,7 +61,7 @@ struct Sm120Operand<OperandFormat::Mxfp8> {
 };
 
 // `Grouped`: the ptr-array kernel of masked and contiguous problems (per-group arguments in device
-// arrays, blackwell_grouped.cuh), default tile only; KernelScheduleAuto picks the grouped cooperative
+// arrays, blackwell/grouped.cuh), default tile only; KernelScheduleAuto picks the grouped cooperative
 // schedule and the format's MMA from the pointer layout tags and the element types.
 template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile, bool Grouped = false>
 struct Sm120Recipe {

@@ -1,7 +1,7 @@
 // Host-side decisions of the Blackwell backends (sm100 family: sm_100f and sm_110a; sm120: sm_120f),
 // kept free of CUTLASS so they read as plain rules: which problems the CUTLASS block-scaled kernels
 // serve, which tile configuration runs, and the batch geometry handed to CUTLASS's L mode (masked and
-// contiguous groups: blackwell_grouped.cuh).
+// contiguous groups: blackwell/grouped.cuh).
 //
 // The kernels consume the package's buffers as they are: A [M, K] and B [N, K] row-major (K-major,
 // CUTLASS's RowMajor A / ColumnMajor B), D and the residual C [M, N] row-major, and the swizzled
@@ -15,7 +15,7 @@
 
 #include "csrc/common/launch.cuh"
 #include "csrc/gemm/backends.h"
-#include "csrc/gemm/group_scales.h"
+#include "csrc/gemm/blackwell/group_scales.h"
 #include "csrc/gemm/problem.h"
 
 namespace fp4_gemm {

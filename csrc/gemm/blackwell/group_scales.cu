@@ -9,7 +9,7 @@
 
 #include "csrc/common/launch.cuh"
 #include "csrc/gemm/backends.h"
-#include "csrc/gemm/group_scales.h"
+#include "csrc/gemm/blackwell/group_scales.h"
 #include "csrc/gemm/grouping.cuh"
 
 namespace fp4_gemm {

@@ -6,7 +6,7 @@
 
 #include "csrc/common/launch.cuh"
 #include "csrc/gemm/epilogue.cuh"
-#include "csrc/gemm/float_bias.h"
+#include "csrc/gemm/blackwell/float_bias.h"
 
 namespace fp4_gemm {
 namespace {

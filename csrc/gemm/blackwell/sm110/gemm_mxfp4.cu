@@ -1,4 +1,4 @@
 // sm_110a MXFP4 x MXFP4 kernels: the sm100 recipe compiled for Jetson Thor (Sm100 arch tag, CUDA >= 13).
-#include "csrc/gemm/sm100/recipe.cuh"
+#include "csrc/gemm/blackwell/sm100/recipe.cuh"
 
 FP4_GEMM_SM100_KERNELS(fp4_gemm::GemmArch::Sm110, fp4_gemm::OperandFormat::Mxfp4)
