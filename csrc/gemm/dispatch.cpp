@@ -1,5 +1,6 @@
 #include "csrc/gemm/dispatch.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -110,6 +111,17 @@ const GemmBackend* registered(const char* name) {
   return nullptr;
 }
 
+// Each row's backend, looked up once: every backend registers while the library loads, before the
+// first GEMM, so the hot path does no name lookups.
+const std::vector<const GemmBackend*>& row_backends() {
+  static const std::vector<const GemmBackend*> backends = [] {
+    std::vector<const GemmBackend*> resolved;
+    for (const DispatchRow& row : kDispatchTable) resolved.push_back(registered(row.backend));
+    return resolved;
+  }();
+  return backends;
+}
+
 }  // namespace
 
 bool arch_runs_on(GemmArch arch, int cc) {
@@ -140,10 +152,11 @@ const std::vector<DispatchRow>& dispatch_table() { return kDispatchTable; }
 const GemmBackend* find_gemm_backend(const GemmProblem& problem, int cc) {
   GemmProblem matched = problem;
   matched.cc = cc;
-  for (const DispatchRow& row : kDispatchTable) {
-    if (!row_matches(row, matched)) continue;
-    const GemmBackend* backend = registered(row.backend);
-    if (backend != nullptr && arch_runs_on(backend->arch, cc) && backend->supports(matched)) return backend;
+  const std::vector<const GemmBackend*>& backends = row_backends();
+  for (size_t i = 0; i < kDispatchTable.size(); ++i) {
+    const GemmBackend* backend = backends[i];
+    if (backend == nullptr || !row_matches(kDispatchTable[i], matched)) continue;
+    if (arch_runs_on(backend->arch, cc) && backend->supports(matched)) return backend;
   }
   return nullptr;
 }
