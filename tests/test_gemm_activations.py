@@ -108,8 +108,17 @@ def build_case(fp4, ref, a_format, b_format, out_format, activation, m, device):
     return call, expected
 
 
-def assert_outputs(call, expected: tuple, what: str) -> None:
-    assert_bitwise_equal(call.out.cpu(), expected[0], what)
+# cuBLASLt's accumulator starts at +0: an output whose every product is -0 is +0 there (docs/API.md,
+# the composition backend). Every other bit must match.
+ZERO_SIGN_FROM_POSITIVE_START = {"composition"}
+
+
+def assert_outputs(call, expected: tuple, what: str, backend: str | None = None) -> None:
+    out = call.out.cpu()
+    if backend in ZERO_SIGN_FROM_POSITIVE_START and out.dtype in (torch.bfloat16, torch.float16):
+        negative_zero = (expected[0] == 0) & torch.signbit(expected[0])
+        out = torch.where(negative_zero & (out == 0), expected[0], out)
+    assert_bitwise_equal(out, expected[0], what)
     if expected[1] is not None:
         assert_bitwise_equal(call.out_scales.cpu(), expected[1], f"{what} scales")
 
@@ -139,4 +148,4 @@ def test_every_backend_computes_the_activations_of_special_values_exactly(fp4, r
             call.run()  # the reference, with PyTorch ops on the GPU
         else:
             call.run_on(backend)
-        assert_outputs(call, expected, f"{backend or 'reference'}: {describe(*case)}")
+        assert_outputs(call, expected, f"{backend or 'reference'}: {describe(*case)}", backend)

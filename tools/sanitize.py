@@ -119,8 +119,8 @@ def main() -> None:
         "shared memory, which cluster-scope mbarriers order (csrc/gemm/skinny/kernel.cuh), as hazards",
     )
     args = parser.parse_args()
-    if args.no_cluster_split:
-        KNOBS[:] = [knobs for knobs in KNOBS if knobs.get("splits", 1) == 1]
+    if args.no_cluster_split:  # every kernel of the tier on one CTA per K range, also where it would pick a split
+        KNOBS[:] = [knobs | {"splits": 1} for knobs in KNOBS if knobs.get("splits", 1) == 1]
     fp4 = load()
     major, minor = torch.cuda.get_device_capability()
     run_quantizers(fp4)
