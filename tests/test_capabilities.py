@@ -249,6 +249,11 @@ def test_a_gpu_without_code_in_this_build_runs_the_reference(fp4, cc):
         assert fp4._gemm.described_call("nvfp4", m=m, n=4096, k=4096).backends(cc) == [], f"{m=} n=4096 k=4096"
 
 
+def test_capabilities_say_other_gpus_run_the_reference(fp4):
+    assert fp4.capabilities()["other_cuda_archs"] == "reference"
+    assert {"sm_80", "sm_86", "sm_89"}.isdisjoint(fp4.capabilities()["functions"]["dense_gemm"])
+
+
 def test_every_native_op_has_a_reference_twin_with_its_schema(fp4):
     for op in fp4.ops.native_cuda_ops():
         native, twin = getattr(fp4.ops, op).default._schema, getattr(fp4.ops, f"{op}_reference").default._schema

@@ -355,6 +355,8 @@ def capabilities() -> dict[str, object]:
         "built_cuda_capabilities": tuple(built_archs()),
         "gemm_backends": tuple(f"sm_{cc}" for cc in ops.gemm_backend_archs()),
         "run_archs": tuple(sorted(RUN_ARCHS)),
+        # a GPU this build has no code for, loaded with check_arch=False: each op's <op>_reference twin
+        "other_cuda_archs": "reference",
         "functions": function_status(),
         "error_types": "ValueError before launch for every rule; RuntimeError from CUDA",
     }
