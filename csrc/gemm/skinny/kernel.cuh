@@ -20,7 +20,7 @@
 //
 // Decode and MMA. The MMA runs with A and B swapped: 16 weight rows are its M side, 8 activation
 // rows its N side. Lane (g, t) reads chunk t of the slab of rows g and g + 8, decodes each 32-bit
-// word into bf16 pairs with the block scale folded in (operands.cuh), and feeds mma k16 steps.
+// word into bf16 pairs with the block scale folded in (operand_codec.cuh), and feeds mma k16 steps.
 // The activation rows of a stage are decoded once per CTA into a shared buffer laid out as the
 // mma's B fragments (double-buffered, one consumer barrier per stage), in the same element order.
 //

@@ -193,7 +193,7 @@ struct RegisterStreamKernel {
     }
   }
 
-  // acc[tt] += B(16 rows, step) x act(tt)^T. kRest: the MX factors' second multiply (operands.cuh).
+  // acc[tt] += B(16 rows, step) x act(tt)^T. kRest: the MX factors' second multiply (operand_codec.cuh).
   template <bool kRest>
   __device__ __forceinline__ static void mma_step(const Step& s, const typename CodecB::Factors (&f)[2][2],
                                                   const uint8_t* const (&act)[kTokenTiles], int offset,

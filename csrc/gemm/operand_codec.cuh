@@ -1,0 +1,190 @@
+// How a GEMM kernel turns stored operand words into bf16 mma operands (docs/FORMATS.md).
+//
+// Every codec reads a 16-byte chunk of a row as four 32-bit words and decodes a word into bf16
+// pairs with its block scale already multiplied in, exactly: E2M1 x UE4M3, E0M3 x UE4M3, E2M1 x
+// 2^k and E4M3 x 2^k all have at most 8 significant bits, which bf16 holds, and bf16 has float32's
+// exponent range. A decoded value is the true value times 2^-kUnbiasExponent; the kernel's
+// epilogue multiplies that back (a power of two, so exactly).
+//
+// Element order. A 4-bit word decodes into the pairs (j, j + 4), j = 0..3 (nibble_pair_stride4's
+// pairing: one mask per pair), an 8-bit word into the pairs (0, 2), (1, 3). The mma contracts its
+// 16 k-slots in any order as long as both operands put the same element in the same slot, so the
+// other operand is decoded by the same codec or gathered into this order.
+//
+// Per word, a decode is the bit placement of the shared codec (dequant.cuh) and one packed multiply
+// by the block's factor. MX factors above what one bf16 factor carries (2^k for k > 1 with MXFP4,
+// k > 7 with MXFP8) take a second multiply, decode<true>: a kernel takes that path only for the
+// tiles that need it (real MX weights never do).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "csrc/common/dequant.cuh"
+#include "csrc/gemm/problem.h"
+
+namespace fp4_gemm {
+
+using Bf16x2 = __nv_bfloat162;
+
+// Two UE4M3/E4M3 codes (bits 0-15) as floats, exactly (the hardware conversion; 0x7F is NaN).
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t codes) { return __half22float2(e4m3x2_half2(codes)); }
+
+// The bf16 2^(exponent field - 127) of a UE8M0-style factor, in both halves.
+__device__ __forceinline__ Bf16x2 power_of_two_pair(uint32_t field) { return pair_from_bits<__nv_bfloat16>((field << 7) * 0x10001u); }
+
+template <OperandFormat F>
+struct OperandCodec;
+
+// E2M1 values with UE4M3 scales per 16. The factor s * 2^119 (at most 448 * 2^119 < 2^128) turns
+// the E2M1 bit pattern (value * 2^-126) into value * s * 2^-7 with one multiply.
+template <>
+struct OperandCodec<OperandFormat::Nvfp4> {
+  static constexpr int kElementBits = 4;
+  static constexpr int kBlock = 16;
+  static constexpr int kUnbiasExponent = 7;
+  struct Factors {
+    Bf16x2 f;  // blocks 0 and 1 of the chunk
+  };
+  // codes: the scale codes of the chunk's blocks in bits 0-7 and 8-15.
+  __device__ __forceinline__ static Factors factors(uint32_t codes) {
+    return {ue4m3x2_bf16x2<119>(codes)};
+  }
+  static constexpr bool kHasRest = false;
+  // Word w of the chunk (elements 8w .. 8w + 7; block w / 2).
+  template <bool kRest = false>
+  __device__ __forceinline__ static void decode(uint32_t word, const Factors& f, int w, uint32_t (&pairs)[4]) {
+    const Bf16x2 factor = w < 2 ? __low2bfloat162(f.f) : __high2bfloat162(f.f);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) pairs[j] = pair_bits(__hmul2(e2m1_stride4_patterns<__nv_bfloat16>(word, j), factor));
+  }
+};
+
+// E0M3 values with UE4M3 scales per 16, true values: (128 + m) * s - 128 * s = m * s in one fused
+// multiply-add (one rounding of an exact value), then the sign bit.
+template <>
+struct OperandCodec<OperandFormat::E0m3> {
+  static constexpr int kElementBits = 4;
+  static constexpr int kBlock = 16;
+  static constexpr int kUnbiasExponent = 0;
+  struct Factors {
+    Bf16x2 s;       // s of blocks 0 and 1
+    Bf16x2 offset;  // -128 s of blocks 0 and 1
+  };
+  __device__ __forceinline__ static Factors factors(uint32_t codes) {
+    const float2 s = e4m3x2_to_float2(codes);
+    return {__floats2bfloat162_rn(s.x, s.y), __floats2bfloat162_rn(-128.0f * s.x, -128.0f * s.y)};
+  }
+  static constexpr bool kHasRest = false;
+  template <bool kRest = false>
+  __device__ __forceinline__ static void decode(uint32_t word, const Factors& f, int w, uint32_t (&pairs)[4]) {
+    const Bf16x2 s = w < 2 ? __low2bfloat162(f.s) : __high2bfloat162(f.s);
+    const Bf16x2 offset = w < 2 ? __low2bfloat162(f.offset) : __high2bfloat162(f.offset);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const Bf16x2 biased = pair_from_bits<__nv_bfloat16>(((word >> (4 * j)) & 0x00070007u) | Pair<__nv_bfloat16>::kIntegerBase);
+      const uint32_t sign = (j == 3 ? word : word << (12 - 4 * j)) & 0x80008000u;
+      pairs[j] = pair_bits(__hfma2(biased, s, offset)) ^ sign;
+    }
+  }
+};
+
+// One UE8M0 block per chunk (MXFP4) or per two chunks (MXFP8): the factor 2^(k + kBias) is capped
+// at 2^(kCap + kBias) <= 2^127, and a larger k multiplies by the rest, 2^(k - kCap), once more.
+template <int kBias, int kCap>
+struct PowerOfTwoFactors {
+  Bf16x2 f;
+  Bf16x2 rest;
+  bool twice;
+
+  __device__ __forceinline__ static PowerOfTwoFactors from(uint32_t codes) {
+    const uint32_t code = codes & 0xFFu;
+    const uint32_t capped = code + kBias < 254u ? code + kBias : 254u;
+    PowerOfTwoFactors f;
+    f.f = code == 0xFFu ? pair_from_bits<__nv_bfloat16>(0x7FC07FC0u) : power_of_two_pair(capped);  // 0xFF: NaN
+    f.twice = code != 0xFFu && int(code) - 127 > kCap;
+    f.rest = power_of_two_pair(f.twice ? code - kCap : 127u);
+    return f;
+  }
+
+  template <bool kRest, int kPairs>
+  __device__ __forceinline__ void apply(const Bf16x2 (&patterns)[kPairs], uint32_t (&pairs)[kPairs]) const {
+    Bf16x2 v[kPairs];
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j) v[j] = __hmul2(patterns[j], f);
+    if constexpr (kRest) {
+      if (twice) {
+#pragma unroll
+        for (int j = 0; j < kPairs; ++j) v[j] = __hmul2(v[j], rest);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j) pairs[j] = pair_bits(v[j]);
+  }
+};
+
+// What the MX codecs share: UE8M0 scales per 32 elements, true values.
+template <int kBits, int kBias, int kCap>
+struct MxCodec {
+  static constexpr int kElementBits = kBits;
+  static constexpr int kBlock = 32;
+  static constexpr int kUnbiasExponent = 0;
+  static constexpr bool kHasRest = true;
+  using Factors = PowerOfTwoFactors<kBias, kCap>;
+  __device__ __forceinline__ static Factors factors(uint32_t codes) { return Factors::from(codes); }
+};
+
+// E2M1 values with UE8M0 scales per 32: pattern (value * 2^-126) * 2^(k + 126).
+template <>
+struct OperandCodec<OperandFormat::Mxfp4> : MxCodec<4, 126, 1> {
+  template <bool kRest = false>
+  __device__ __forceinline__ static void decode(uint32_t word, const Factors& f, int, uint32_t (&pairs)[4]) {
+    Bf16x2 patterns[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) patterns[j] = e2m1_stride4_patterns<__nv_bfloat16>(word, j);
+    f.template apply<kRest>(patterns, pairs);
+  }
+};
+
+// E4M3 values with UE8M0 scales per 32. The E4M3 bits placed into bf16's fields are the value times
+// 2^-120 (subnormals included); the NaN codes 0x7F / 0xFF are the only ones whose magnitude bits
+// are all ones, and become bf16 NaN.
+template <>
+struct OperandCodec<OperandFormat::Mxfp8> : MxCodec<8, 120, 7> {
+  template <bool kRest = false>
+  __device__ __forceinline__ static void decode(uint32_t word, const Factors& f, int, uint32_t (&pairs)[2]) {
+    const uint32_t placed[2] = {((word << 8) & 0x80008000u) | ((word << 4) & 0x07F007F0u),
+                                (word & 0x80008000u) | ((word >> 4) & 0x07F007F0u)};
+    const Bf16x2 nan_pattern = pair_from_bits<__nv_bfloat16>(0x07F007F0u);
+    Bf16x2 patterns[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const uint32_t nan = __heq2_mask(__habs2(pair_from_bits<__nv_bfloat16>(placed[j])), nan_pattern);
+      patterns[j] = pair_from_bits<__nv_bfloat16>(placed[j] | (nan & 0x7FC07FC0u));
+    }
+    f.template apply<kRest>(patterns, pairs);
+  }
+};
+
+constexpr int kChunkWords = 4;  // 32-bit words of a 16-byte chunk
+
+// bf16 operands carry their values as they are: a kernel gathers them into the other operand's
+// element order (the skinny tier's Bf16Gather).
+template <>
+struct OperandCodec<OperandFormat::Bf16> {
+  static constexpr int kElementBits = 16;
+  static constexpr int kUnbiasExponent = 0;
+};
+
+// How many bf16 pairs a word of format F decodes into, and the chunk's geometry.
+template <OperandFormat F>
+struct WordShape {
+  static constexpr int kElements = 32 / OperandCodec<F>::kElementBits;  // per 32-bit word
+  static constexpr int kPairs = kElements / 2;
+  static constexpr int kChunkElements = 4 * kElements;                  // per 16-byte chunk
+};
+
+}  // namespace fp4_gemm
