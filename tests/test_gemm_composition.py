@@ -139,8 +139,18 @@ def composition(fp4, a, b, sfa, sfb, pair, out, alpha=None, alpha_scale=1.0, bia
     """The `gemm` op on the composition backend by name (GemmCall.run_on); a bf16 A has no sfa."""
     out_format = "fp16" if out.dtype == torch.float16 else "bf16"
     fp4._gemm.GemmCall(
-        a, b, None if pair[0] == "bf16" else sfa, sfb, pair[0], pair[1], alpha=alpha, alpha_scale=alpha_scale,
-        bias=bias, residual=residual, out=out, out_format=out_format,
+        a,
+        b,
+        None if pair[0] == "bf16" else sfa,
+        sfb,
+        pair[0],
+        pair[1],
+        alpha=alpha,
+        alpha_scale=alpha_scale,
+        bias=bias,
+        residual=residual,
+        out=out,
+        out_format=out_format,
     ).run_on("composition")
 
 

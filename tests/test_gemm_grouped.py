@@ -382,8 +382,18 @@ def test_masked_gemm_of_bf16_activations_is_within_the_bound(fp4, ref, b_format)
     out = poisoned_like(torch.empty(experts * max_m, n, dtype=torch.bfloat16, device="cuda"))
     masked_m = torch.tensor(counts, dtype=torch.int32, device="cuda")
     fp4._gemm.GemmCall(
-        a, w.values, None, w.scales, "bf16", b_format, grouping="masked", group_index=masked_m, group_rows=max_m,
-        alpha=w.alpha, bias=w.bias, out=out,
+        a,
+        w.values,
+        None,
+        w.scales,
+        "bf16",
+        b_format,
+        grouping="masked",
+        group_index=masked_m,
+        group_rows=max_m,
+        alpha=w.alpha,
+        bias=w.bias,
+        out=out,
     ).run()
     owned = torch.zeros(experts * max_m, dtype=torch.bool, device="cuda")
     for e, rows in enumerate(masked_rows(counts, max_m)):

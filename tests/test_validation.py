@@ -617,9 +617,13 @@ GEMMS = [
     *[
         case(name, "bias-none", arg(4, None), "bias is required by this function (got None)")
         for name in (
-            "nvfp4_gemm_bias_bf16", "nvfp4_gemm_streamk_bias_bf16", "nvfp4_gemm_bias_gelu_bf16",
-            "nvfp4_gemm_bias_gelu_nvfp4", "nvfp4_gemm_bias_gelu_nvfp4_fp16", "nvfp4_gemm_bias_residual_bf16",
-        )  # fmt: skip
+            "nvfp4_gemm_bias_bf16",
+            "nvfp4_gemm_streamk_bias_bf16",
+            "nvfp4_gemm_bias_gelu_bf16",
+            "nvfp4_gemm_bias_gelu_nvfp4",
+            "nvfp4_gemm_bias_gelu_nvfp4_fp16",
+            "nvfp4_gemm_bias_residual_bf16",
+        )
     ],
     case("nvfp4_gemm_residual_bf16", "residual-none", arg(4, None), "residual is required by this function"),
     case("nvfp4_gemm_bias_residual_fp16", "residual-none", arg(5, None), "residual is required by this function"),

@@ -135,9 +135,7 @@ def parse_args() -> argparse.Namespace:
         "The first one's CUDA wheel headers serve the csrc units.",
     )
     parser.add_argument("-j", "--jobs", type=int, default=2, help="parallel compilations (a CUTLASS unit needs ~5 GB)")
-    parser.add_argument(
-        "--build-dir", type=Path, default=ROOT / "build", help="where the variants go (default build/)"
-    )
+    parser.add_argument("--build-dir", type=Path, default=ROOT / "build", help="where the variants go (default build/)")
     return parser.parse_args()
 
 

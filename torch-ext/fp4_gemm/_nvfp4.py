@@ -347,9 +347,7 @@ def nvfp4_gemm_bias_residual_bf16(
     out: OptTensor = None,
 ) -> Tensor:
     """out = alpha * A @ B^T + bias + residual, bfloat16 [M, N]."""
-    return _nvfp4_gemm(
-        _BIAS_RESIDUAL, a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, residual=residual, out=out
-    )
+    return _nvfp4_gemm(_BIAS_RESIDUAL, a_packed, b_packed, sfa, sfb, alpha=alpha, bias=bias, residual=residual, out=out)
 
 
 def nvfp4_gemm_bias_residual_fp16(
