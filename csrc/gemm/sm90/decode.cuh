@@ -218,67 +218,110 @@ __device__ __forceinline__ void b_chunk_offsets(int row, int sub, int (&offsets)
   }
 }
 
-// Converts this thread's share of the packed B tile into the swizzled bf16 tile: row `row`, chunks
-// c = i * kPerRow + sub (at `offsets`, b_chunk_offsets). Chunk c holds pair P = c of each q = 0..3
-// (see the file comment). Word indices stay compile-time constants (sub < kPerRow never changes
-// them), so the row's words live in registers.
+// ---- B rows into the bf16 tile: the one B decoder --------------------------------------------
+//
+// The decoder warpgroup (decoder.cuh) and, where none runs, the consumers (convert_b_row) turn a
+// packed B row of the K tile into its eight 16-byte chunks of the swizzled bf16 tile with these two
+// steps: the row's four factors (b_row_factors), then each chunk (decode_b_chunk). Chunk c holds
+// pair P = c of each q = 0..3 (see the file comment of kernel.cuh).
+//
+// The K tile's scale codes of a row are selected by one word, `select`: for 16-element blocks a
+// mask of the row's scale word (TileCodes' mask: their shift is always 0); for 32-element blocks a
+// byte_perm selector that also spreads the tile's two codes into the halves (c0 | c1 << 16): bytes
+// 0, 1 (0x4140) or, in odd K tiles, 2, 3 (0x4342), and a zero byte (selector 5 or 7: a byte of the
+// zero word) for a block past K.
+template <class Config>
+struct BlockSelect {
+  static constexpr int kBlocks = Config::kBlockK / Config::kBlockSize;
+  static_assert(kBlocks == 4 || kBlocks == 2, "16- or 32-element blocks");
+  static constexpr uint32_t kFull = kBlocks == 4 ? ~0u : 0x4140u;
+  static constexpr uint32_t kOdd = 0x0202u;        // kFull ^ kOdd: the odd K tiles' selector
+  static constexpr uint32_t kSecondPastK = 0x0400u;  // ORed in: the second block lies past K
+
+  // The selection TileCodes makes for B's rows.
+  __device__ __forceinline__ static uint32_t of(const TileCodes& codes) {
+    if constexpr (kBlocks == 4) {
+      return codes.mask;
+    } else {
+      return (codes.shift != 0 ? kFull ^ kOdd : kFull) | (codes.mask == ~0u ? 0u : kSecondPastK);
+    }
+  }
+};
+
+// The factor of each q's block (q's 16 elements: block q for 16-element blocks, q / 2 for 32-element
+// ones) from the row's scale word and the K tile's BlockSelect, taken from their place in the word
+// (ue4m3x2_bf16x2 of a half-word, ue8m0x2_bf16x2_spread: no shifts to line them up).
+template <class Config>
+__device__ __forceinline__ void b_row_factors(uint32_t row_codes, uint32_t select, Bf16x2 (&scale)[4]) {
+  constexpr OperandFormat kFormat = Config::kFormatB;
+  if constexpr (block_size(kFormat) == 16) {
+    static_assert(kFormat != OperandFormat::Nvfp4 || Config::kValueExponentB == 7, "NVFP4 patterns times s * 2^119");
+    // NVFP4 bit patterns take s * 2^119; E0M3 patterns times 2^126 (decode_b_chunk) take s * 2^3.
+    constexpr int kExponent = kFormat == OperandFormat::Nvfp4 ? 126 - Config::kValueExponentB : 3;
+    const uint32_t codes = row_codes & select;
+    const Bf16x2 factors[2] = {ue4m3x2_bf16x2<kExponent, 0>(codes), ue4m3x2_bf16x2<kExponent, 1>(codes)};
+#pragma unroll
+    for (int q = 0; q < 4; ++q) scale[q] = q % 2 ? high_factor(factors[q / 2]) : low_factor(factors[q / 2]);
+  } else {
+    const Bf16x2 factors = ue8m0x2_bf16x2_spread(__byte_perm(row_codes, 0u, select));
+#pragma unroll
+    for (int q = 0; q < 4; ++q) scale[q] = q < 2 ? low_factor(factors) : high_factor(factors);
+  }
+}
+
+// Chunk c of a B row (`words`: the row's packed K tile) in bf16, factors applied. `word_c` is c
+// with a consumer's runtime part (sub, b_chunk_offsets) taken off: it picks the words, and must be a
+// constant once unrolled so that they stay registers (c / 2 and c / 4 do not depend on sub < 2).
+//   MXFP8: elements 16q + 2c + {0, 1} are half-word c % 2 of word 4q + c / 2, converted in place.
+//   4-bit: pair c of q lives in word 2q + c / 4 (elements 16q + 8(c / 4) ..). E2M1: s.ee.m placed as
+//   decode_nibble_pair places it. E0M3: s.mmm with m at the top of the mantissa, a subnormal
+//   m * 2^-129; times 2^126 that is m * 2^-3, a normal bf16, and times the factor s * 2^3 it is
+//   m * s (at most 3 + 4 significant bits): both products exact, so the value is decode_e0m3_pair's
+//   times s, the sign of a zero included (every step is a product).
+template <class Config>
+__device__ __forceinline__ uint4 decode_b_chunk(const uint32_t* words, const Bf16x2 (&scale)[4], int c, int word_c) {
+  constexpr OperandFormat kFormat = Config::kFormatB;
+  constexpr uint32_t kUnbias = Pair<__nv_bfloat16>::kE2M1Unbias;  // 2^126 in both halves
+  uint4 out;
+  uint32_t* o = reinterpret_cast<uint32_t*>(&out);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    Bf16x2 value;
+    if constexpr (kFormat == OperandFormat::Mxfp8) {
+      const uint32_t word = words[4 * q + word_c / 2];
+      value = __float22bfloat162_rn(__half22float2(c % 2 ? e4m3x2_half2<1>(word) : e4m3x2_half2<0>(word)));
+    } else {
+      const uint32_t word = words[2 * q + word_c / 4];
+      const uint32_t patterns = stride4_patterns<kFormat == OperandFormat::E0m3 ? 4 : 6>(word, c % 4);
+      value = pair_from_bits<__nv_bfloat16>(patterns);
+      if constexpr (kFormat != OperandFormat::Nvfp4) value = __hmul2(value, pair_from_bits<__nv_bfloat16>(kUnbias));
+    }
+    o[q] = pair_bits(__hmul2(value, scale[q]));
+  }
+  return out;
+}
+
+// The consumers' share of the packed B tile (no decoder warpgroup): row `row`, chunks
+// c = i * kPerRow + sub, stored at `offsets` (b_chunk_offsets). Word indices stay compile-time
+// constants once unrolled, so the row's words live in registers.
 template <class Config, int kPerRow>
 __device__ __forceinline__ void convert_b_row(const uint8_t* tile, const uint8_t* scales, int sf_row0,
-                                              uint8_t* bf16_tile, int row, int sub, const TileCodes& codes,
+                                              uint8_t* bf16_tile, int row, int sub, uint32_t select,
                                               const int (&offsets)[8 / kPerRow]) {
-  static_assert(kPerRow == 1 || kPerRow == 2, "one or two threads a row (MXFP8's word index needs it)");
-  constexpr OperandFormat kFormat = Config::kFormatB;
-  constexpr int kGroup = block_size(kFormat);
-  constexpr int kExponent = Config::kValueExponentB;
+  static_assert(kPerRow == 1 || kPerRow == 2, "one or two threads a row (decode_b_chunk's word_c)");
   constexpr int kRowBytes = Config::kRowBytesB;
-  constexpr int kWords = kRowBytes / 4;
-  uint32_t words[kWords];
+  uint32_t words[kRowBytes / 4];
   const uint8_t* src = tile + row * kRowBytes;
 #pragma unroll
-  for (int i = 0; i < kWords / 4; ++i) {
+  for (int i = 0; i < kRowBytes / 16; ++i) {
     const uint4 v = *reinterpret_cast<const uint4*>(src + 16 * i);
     words[4 * i] = v.x, words[4 * i + 1] = v.y, words[4 * i + 2] = v.z, words[4 * i + 3] = v.w;
   }
-  // Factors of the row's blocks in this tile, in pairs: q's block is q for 16-element blocks, q / 2
-  // for 32-element ones.
-  constexpr int kBlocks = Config::kBlockK / kGroup;
-  const uint32_t row_codes = codes(scale_word(scales, sf_row0 + row));
-  Bf16x2 factors[kBlocks / 2];
-#pragma unroll
-  for (int i = 0; i < kBlocks / 2; ++i) factors[i] = block_factors<kFormat, kExponent>(row_codes >> (16 * i));
   Bf16x2 scale[4];
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const int block = (16 * q) / kGroup;
-    scale[q] = block % 2 ? high_factor(factors[block / 2]) : low_factor(factors[block / 2]);
-  }
+  b_row_factors<Config>(scale_word(scales, sf_row0 + row), select, scale);
 #pragma unroll
   for (int i = 0; i < 8 / kPerRow; ++i) {
-    constexpr int kStride = kPerRow;
-    const int c = i * kStride + sub;
-    Bf16x2 v[4];  // MXFP8: the chunk's values before their factors
-    if constexpr (kFormat == OperandFormat::Mxfp8) {
-      // Elements 16q + 2c + {0, 1} are half-word c % 2 of word 4q + c / 2.
-      const uint32_t select = c % 2 ? 0x7632 : 0x5410;
-      Bf16x2 lo[2], hi[2];
-      const int word = (i * kStride) / 2;  // = c / 2, constant once unrolled
-      dequant_e4m3x4<__nv_bfloat16>(__byte_perm(words[word], words[4 + word], select), lo);
-      dequant_e4m3x4<__nv_bfloat16>(__byte_perm(words[8 + word], words[12 + word], select), hi);
-      v[0] = lo[0], v[1] = lo[1], v[2] = hi[0], v[3] = hi[1];
-    }
-    uint4 out;
-    uint32_t* o = reinterpret_cast<uint32_t*>(&out);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      if constexpr (kFormat == OperandFormat::Mxfp8) {
-        o[q] = pair_bits(__hmul2(v[q], scale[q]));
-      } else {
-        // Pair c of q lives in word 2q + c / 4 (elements 16q + 8(c / 4) ..).
-        const int word = (i * kStride) / 4;  // = c / 4, constant once unrolled
-        o[q] = decode_nibble_pair<kFormat, kExponent>(words[2 * q + word], c % 4, scale[q]);
-      }
-    }
-    *reinterpret_cast<uint4*>(bf16_tile + offsets[i]) = out;
+    *reinterpret_cast<uint4*>(bf16_tile + offsets[i]) = decode_b_chunk<Config>(words, scale, i * kPerRow + sub, i * kPerRow);
   }
 }
 

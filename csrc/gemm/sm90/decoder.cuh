@@ -13,20 +13,17 @@
 
 namespace fp4_gemm::sm90 {
 
-// ---- the decoder warpgroup's conversion ---------------------------------------------------------
+// ---- the decoder warpgroup's addressing ---------------------------------------------------------
 //
-// convert_b_row's job for the decode warps (EngineConfig::kDecodeWarps), which the consumers wait
-// for, in fewer instructions per K tile, writing the same bf16 values:
+// The decoders write what convert_b_row writes, with the same two steps (b_row_factors,
+// decode_b_chunk, decode.cuh), in fewer instructions per K tile, since the consumers wait for them:
 // - every shared-memory address is a register kept across K tiles plus the K tile's stage or bf16
 //   tile (uniform) plus a constant, one LDS/STS operand with no address arithmetic; a thread's
 //   second row, d + 128, sits a constant distance from its first in the stage, in the scale atoms
 //   (the next SfAtom tile, same place) and in the bf16 tile (16 KiB: the same swizzle), so both
 //   rows share those registers;
-// - the K tile's scale codes are selected once per tile (DecoderCodes) instead of from the 64-bit
-//   tile index, and taken as their factors from their place in the word (dequant.cuh's
-//   ue8m0x2_bf16x2_spread and ue4m3x2_bf16x2 of a half-word: no shifts to line them up);
-// - E0M3 takes the multiply placement of E2M1 (stride4_patterns, instead of an integer base's
-//   subtraction and a separate sign), and MXFP8's pairs are converted from their half-word in place.
+// - the K tile's BlockSelect is stepped once per tile (DecoderCodes) instead of made from the
+//   64-bit tile index.
 
 // The decoder thread's shared-memory addresses for its first row d (the second: kSecondRow* on).
 struct DecoderAddresses {
@@ -44,18 +41,15 @@ struct DecoderLayout {
                 "row d + 128: the next SfAtom tile and the same swizzle phase");
 };
 
-// A K tile's scale codes of a row, as tile_codes gives them, selected per K tile by one compare and
-// select instead of 64-bit arithmetic: only the last K tile of K can end inside its blocks.
-// 16-element blocks: a mask of the row's scale word. 32-element blocks: a byte_perm selector that
-// also spreads the tile's two codes into the halves (c0 | c1 << 16): bytes 0, 1 (0x4140) or, in odd
-// K tiles, 2, 3 (0x4342), and a zero byte (selector 5 or 7: a byte of the zero word) for a block
-// past K. `tiles` gives the selection for a work tile's K tiles, first to last.
+// A K tile's BlockSelect, as BlockSelect::of(tile_codes) gives it, stepped per K tile by one
+// compare and select instead of 64-bit arithmetic: only the last K tile of K can end inside its
+// blocks. `tiles` gives the selection for a work tile's K tiles, first to last.
 template <class Config>
 struct DecoderCodes {
-  static constexpr int kBlocks = Config::kBlockK / Config::kBlockSize;
-  static_assert(kBlocks == 4 || kBlocks == 2, "16- or 32-element blocks");
-  static constexpr uint32_t kFull = kBlocks == 4 ? ~0u : 0x4140u;
-  static constexpr uint32_t kOdd = 0x0202u;  // kFull ^ kOdd: the odd K tiles' selector
+  using Select = BlockSelect<Config>;
+  static constexpr int kBlocks = Select::kBlocks;
+  static constexpr uint32_t kFull = Select::kFull;
+  static constexpr uint32_t kOdd = Select::kOdd;
   int64_t last_kt;  // the last K tile
   uint32_t last;    // 16-element blocks: its mask; 32-element: the bits it sets in its selector
 
@@ -64,7 +58,7 @@ struct DecoderCodes {
     if constexpr (kBlocks == 4) {
       last = in_k >= 4 ? kFull : (1u << (8 * in_k)) - 1u;
     } else {
-      last = in_k >= 2 ? 0u : 0x0400u;
+      last = in_k >= 2 ? 0u : Select::kSecondPastK;
     }
   }
 
@@ -144,55 +138,18 @@ __device__ __forceinline__ DecoderRow<Config> load_b_row(const DecoderAddresses&
   return row;
 }
 
-// Row d + kRow * 128 into the bf16 tile: what convert_b_row<Config, 1> writes for that row.
-// `tile`: the K tile's bf16 tile as a byte offset; `select`: DecoderCodes of the K tile.
+// Row d + kRow * 128 into the bf16 tile. `tile`: the K tile's bf16 tile as a byte offset; `select`:
+// DecoderCodes of the K tile.
 template <class Config, int kRow>
 __device__ __forceinline__ void decode_b_row(const DecoderAddresses& a, const DecoderRow<Config>& row, uint32_t tile,
                                              uint32_t select) {
   using Layout = DecoderLayout<Config>;
-  constexpr OperandFormat kFormat = Config::kFormatB;
-  const uint32_t* words = row.words;
-  const uint32_t row_codes = row.scale_word;
-  // The factor of q's block: block q for 16-element blocks, q / 2 for 32-element ones.
   Bf16x2 scale[4];
-  if constexpr (block_size(kFormat) == 16) {
-    static_assert(kFormat != OperandFormat::Nvfp4 || Config::kValueExponentB == 7, "NVFP4 patterns times s * 2^119");
-    constexpr int kExponent = kFormat == OperandFormat::Nvfp4 ? 126 - Config::kValueExponentB : 3;
-    const uint32_t codes = row_codes & select;
-    const Bf16x2 factors[2] = {ue4m3x2_bf16x2<kExponent, 0>(codes), ue4m3x2_bf16x2<kExponent, 1>(codes)};
-#pragma unroll
-    for (int q = 0; q < 4; ++q) scale[q] = q % 2 ? high_factor(factors[q / 2]) : low_factor(factors[q / 2]);
-  } else {
-    const Bf16x2 factors = ue8m0x2_bf16x2_spread(__byte_perm(row_codes, 0u, select));
-#pragma unroll
-    for (int q = 0; q < 4; ++q) scale[q] = q < 2 ? low_factor(factors) : high_factor(factors);
-  }
-  constexpr uint32_t kUnbias = Pair<__nv_bfloat16>::kE2M1Unbias;  // 2^126 in both halves
+  b_row_factors<Config>(row.scale_word, select, scale);
 #pragma unroll
   for (int c = 0; c < 8; ++c) {
-    uint4 out;
-    uint32_t* o = reinterpret_cast<uint32_t*>(&out);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      Bf16x2 value;
-      if constexpr (kFormat == OperandFormat::Mxfp8) {
-        // Elements 16q + 2c + {0, 1} are half-word c % 2 of word 4q + c / 2 (convert_b_row).
-        const uint32_t word = words[4 * q + c / 2];
-        value = __float22bfloat162_rn(__half22float2(c % 2 ? e4m3x2_half2<1>(word) : e4m3x2_half2<0>(word)));
-      } else {
-        // Pair c of q lives in word 2q + c / 4 (elements 16q + 8(c / 4) ..). E2M1: s.ee.m as
-        // decode_nibble_pair places it. E0M3: s.mmm with m at the top of the mantissa, a subnormal
-        // m * 2^-129; times 2^126 that is m * 2^-3, a normal bf16, and times the factor s * 2^3 it
-        // is m * s (at most 3 + 4 significant bits): both products exact, so the value is
-        // decode_e0m3_pair's times s, the sign of a zero included (every step is a product).
-        const uint32_t word = words[2 * q + c / 4];
-        const uint32_t patterns = stride4_patterns<kFormat == OperandFormat::E0m3 ? 4 : 6>(word, c % 4);
-        value = pair_from_bits<__nv_bfloat16>(patterns);
-        if constexpr (kFormat != OperandFormat::Nvfp4) value = __hmul2(value, pair_from_bits<__nv_bfloat16>(kUnbias));
-      }
-      o[q] = pair_bits(__hmul2(value, scale[q]));
-    }
-    ptx::st_shared_u32x4(a.chunks[c] + tile + uint32_t(kRow * Layout::kSecondRowChunks), out);
+    ptx::st_shared_u32x4(a.chunks[c] + tile + uint32_t(kRow * Layout::kSecondRowChunks),
+                         decode_b_chunk<Config>(row.words, scale, c, c));
   }
 }
 

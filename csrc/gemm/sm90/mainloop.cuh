@@ -200,7 +200,7 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
       } else {
         pin_registers(b_offsets);  // kept, not recomputed per K tile
         convert_b_row<Config, Config::kThreadsPerRowB>(smem.b(s), smem.sfb(s), sf_b, smem.bf16_tile(r.bf16_tile),
-                                                        b_row, b_sub, codes, b_offsets);
+                                                        b_row, b_sub, BlockSelect<Config>::of(codes), b_offsets);
         load_a_fragments<Config>(smem.a(s), smem.sfa(s), sf_a, warp_row, lane, codes, f);
         free_decoded_stage(smem, s, lane);
         ptx::named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);  // the whole bf16 tile is written
