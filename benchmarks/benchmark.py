@@ -32,7 +32,12 @@ class Operand:
     @property
     def packed(self) -> bool:
         """4-bit elements, two per byte (element 2i in the low nibble)."""
-        return self.element != "e4m3"
+        return self.element in ("e2m1", "e0m3")
+
+    @property
+    def quantized(self) -> bool:
+        """False for W4A16's bf16 activations, which every method reads as they are."""
+        return self.element != "bf16"
 
     def stored_cols(self, k: int) -> int:
         return k // 2 if self.packed else k
@@ -45,12 +50,17 @@ OPERANDS = {
     "e0m3": Operand("e0m3", 16, "e0m3", "ue4m3"),
 }
 
-# benchmark format -> (A operand, B operand); "e0m3" is E0M3 weights with NVFP4 activations
+BF16 = Operand("bf16", 1, "bf16", "none")  # W4A16's activations: no blocks, no scales
+
+# benchmark format -> (A operand, B operand); "e0m3" is E0M3 weights with NVFP4 activations, the w4a16
+# formats bf16 activations with 4-bit weights (named by dense_gemm's mode)
 GEMM_OPERANDS = {
     "mxfp8": (OPERANDS["mxfp8"], OPERANDS["mxfp8"]),
     "mxfp4": (OPERANDS["mxfp4"], OPERANDS["mxfp4"]),
     "nvfp4": (OPERANDS["nvfp4"], OPERANDS["nvfp4"]),
     "e0m3": (OPERANDS["nvfp4"], OPERANDS["e0m3"]),
+    "w4a16-nvfp4": (BF16, OPERANDS["nvfp4"]),
+    "w4a16-mxfp4": (BF16, OPERANDS["mxfp4"]),
 }
 
 
@@ -73,7 +83,10 @@ def ours_for(fmt: str, nvfp4_op: str) -> Ours:
 
 
 def quantize(fp4, x: Tensor, operand: Operand, ours: Ours) -> tuple[Tensor, Tensor]:
-    """(values, swizzled scales) of a bf16 matrix, by the package's quantizer that feeds `ours`."""
+    """(values, swizzled scales) of a bf16 matrix, by the package's quantizer that feeds `ours`; bf16
+    activations: x itself and no scales."""
+    if not operand.quantized:
+        return x, torch.empty(0, dtype=torch.uint8, device=x.device)
     if ours.quantizer == "group_wise_quant":
         return fp4.group_wise_quant(x, HALOPS_MODES[operand.name])
     if operand.name == "e0m3":
@@ -87,15 +100,23 @@ def ours_fn(fp4, ours: Ours, fmt: str, a: Tensor, sfa: Tensor, out: Tensor) -> C
         return lambda b, sfb: fp4.e0m3_weight_gemm_fp16(a, b, sfa, sfb, alpha=1.0, a_format=1, out=out)
     if ours.op == "nvfp4_gemm_bf16":
         return lambda b, sfb: fp4.nvfp4_gemm_bf16(a, b, sfa, sfb, 1.0, out)
-    # dense_gemm requires alpha for w4a4-nvfp4 (the second-level scale); the MX modes run without it
-    alpha = torch.ones(1, dtype=torch.float32, device=a.device) if fmt == "nvfp4" else None
-    mode = HALOPS_MODES[fmt]
+    alpha = nvfp4_alpha(fmt, a.device)
+    mode = HALOPS_MODES.get(fmt, fmt)  # the w4a16 formats are named by their mode
+    sfa = sfa if GEMM_OPERANDS[fmt][0].quantized else None
 
     def call(b: Tensor, sfb: Tensor) -> Tensor:
         fp4.dense_gemm(a, b, sfa, sfb, out, alpha=alpha, mode=mode)
         return out
 
     return call
+
+
+def nvfp4_alpha(fmt: str, device: torch.device | str) -> Tensor | None:
+    """The second-level (global) scale of an NVFP4 weight, float32 [1], that dense_gemm gets: w4a4-nvfp4
+    requires it; w4a16-nvfp4 gets it too, as its peers apply one; the MX modes run without it."""
+    if GEMM_OPERANDS[fmt][1].name != "nvfp4":
+        return None
+    return torch.ones(1, dtype=torch.float32, device=device)
 
 
 def mm_bt(a: Tensor, b: Tensor, out: Tensor | None = None) -> Tensor:

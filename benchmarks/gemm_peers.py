@@ -8,6 +8,11 @@ tests/test_bench_gemm_helpers.py and against ours on every row of the grid.
 - triton_dequant: one Triton kernel, packed operand + swizzled scales -> bf16, scale offsets computed in
   the kernel with the SfAtom formula; then cuBLAS bf16.
 - triton_dot_scaled: Triton's tl.dot_scaled on plain [rows, K/g] scales (it upcasts in-kernel on Hopper).
+- humming / humming_linear (W4A16 rows): humming-kernels' W4A16 GEMM (vLLM's and SGLang's), a HummingLayer
+  loaded with our weight's bytes in its ModelOpt NVFP4 or MXFP4 checkpoint layout (humming_tensors).
+  Imported on first use; JIT-compiled by NVRTC from the CUDA toolkit of torch's major version, which it
+  finds by itself at /usr/local/cuda (else CUDA_HOME). Offline install of the wheels in .whl/humming/:
+      python -m pip install --no-index --find-links .whl/humming humming-kernels
 - rowwise_fp8 / scaled_mm_rowwise: torch._scaled_mm with row-wise float32 scales (rowwise_fp8_stacked
   for torch._scaled_grouped_mm): a different recipe, shown for the FP8 tensor-core ceiling.
 - on_reference: the package's public function with its op run by the reference's PyTorch ops.
@@ -29,7 +34,18 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 import torch
-from benchmark import GEMM_OPERANDS, OPERANDS, Operand, Ours, mm_bt, ours_fn, ours_for, quantize  # noqa: F401
+from benchmark import (  # noqa: F401
+    BF16,
+    GEMM_OPERANDS,
+    OPERANDS,
+    Operand,
+    Ours,
+    mm_bt,
+    nvfp4_alpha,
+    ours_fn,
+    ours_for,
+    quantize,
+)
 from torch.utils._python_dispatch import TorchDispatchMode
 
 Tensor = torch.Tensor
@@ -406,6 +422,56 @@ def triton_dot_scaled(
 _DOT_SCALED_FAILURES: dict[tuple[Operand, DotScaledConfig], str] = {}
 
 
+# ---- humming-kernels' W4A16 (imported on first use) ----------------------------------------------
+
+HUMMING_INSTALL = "python -m pip install --no-index --find-links .whl/humming humming-kernels"
+
+
+def humming_tensors(
+    values: Tensor, scales: Tensor, operand: Operand, global_scale: Tensor | None = None
+) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """(tensors, weight_config) of our weight [N, K] in the checkpoint layout of humming's schema.
+
+    The codes are our bytes as they are: humming views them as int32 words holding element i at bits
+    4i..4i+3 (pack_weight.cuh), which on a little-endian device is ours, element 2i in a byte's low
+    nibble. The scales are unswizzled to row-major [N, K/g]. NVFP4 (schema/modelopt.py): UE4M3 scales
+    as float8_e4m3fn and the float32 global scale as weight_scale_2 (w = code * scale * weight_scale_2);
+    MXFP4 (schema/mxfp4.py): the UE8M0 bytes as they are.
+    """
+    n, k = values.shape[0], 2 * values.shape[1]
+    plain = plain_scales(scales, n, k // operand.group)
+    tensors = {"weight": values.view(torch.uint8).contiguous()}
+    if operand.name == "nvfp4":
+        scale_2 = torch.ones(1) if global_scale is None else global_scale
+        tensors |= {"weight_scale": plain.view(torch.float8_e4m3fn),
+                    "weight_scale_2": scale_2.to(device=values.device, dtype=torch.float32).reshape(1)}  # fmt: skip
+        return tensors, {"quant_method": "modelopt", "quant_algo": "nvfp4"}
+    if operand.name == "mxfp4":
+        return tensors | {"weight_scale": plain}, {"quant_method": "mxfp4"}
+    raise NotImplementedError(f"no humming W4A16 peer for {operand.name} weights")
+
+
+def humming_linear(
+    values: Tensor, scales: Tensor, operand: Operand, global_scale: Tensor | None = None
+) -> Callable[[Tensor, Tensor | None], Tensor]:
+    """fn(x, out) -> out: humming's W4A16 GEMM out (bf16 [M, N]) = x (bf16 [M, K]) @ W^T, with W our
+    quantized weight loaded into a HummingLayer (on the weight's GPU) and transformed there once."""
+    if values.device.type != "cuda":
+        raise RuntimeError("humming runs on a CUDA GPU only")
+    try:
+        from humming.layer import HummingLayer
+    except ImportError as e:
+        raise ImportError(f"humming-kernels is not installed ({HUMMING_INSTALL}): {e}") from e
+    tensors, config = humming_tensors(values, scales, operand, global_scale)
+    n, k = values.shape[0], 2 * values.shape[1]
+    with torch.cuda.device(values.device):
+        layer = HummingLayer(shape_n=n, shape_k=k, weight_config=config, torch_dtype=torch.bfloat16)
+        layer = layer.to(values.device)
+        layer.load_from_tensors(tensors)
+        layer.transform()  # repacks the weight into humming's layout (a copy)
+    return lambda x, out=None: layer(x, outputs=out)
+
+
 # ---- rotation of operand copies -----------------------------------------------------------------
 
 
@@ -482,18 +548,20 @@ def relative_error(out: Tensor, expected: Tensor) -> float:
 
 # ---- the dense GEMM grid: every peer, the engine's bf16 ceiling and ours on one row's operands ----
 
-FORMATS = ("mxfp8", "mxfp4", "nvfp4", "e0m3")
-DEFAULT_FORMATS = ("mxfp8", "mxfp4", "nvfp4")
+W4A16_FORMATS = ("w4a16-nvfp4", "w4a16-mxfp4")
+FORMATS = ("mxfp8", "mxfp4", "nvfp4", "e0m3", *W4A16_FORMATS)
+DEFAULT_FORMATS = ("mxfp8", "mxfp4", "nvfp4", *W4A16_FORMATS)
 MS = (1, 16, 64, 256, 1024, 2048, 4096)
 QUALIFICATION_SHAPES = ((17408, 5120), (5120, 17408), (12288, 5120), (8192, 8192))
 EXPERT_SHAPES = ((4096, 7168), (7168, 2048))
 SHAPES = QUALIFICATION_SHAPES + EXPERT_SHAPES
 QUICK_MS, QUICK_SHAPES = (16, 256, 1024, 4096), ((17408, 5120), (4096, 7168))
 DEFAULT_BUDGET_S = 220.0
-PEERS = ("cublas_bf16", "scaled_mm_fp8_rowwise", "dequant_mm", "triton_dequant_mm", "triton_dot_scaled")
-# max |peer - ours| / max |ours|. The exact peers differ from ours only by fp32 summation order and the
-# bf16 rounding of the output. The FP8 peer re-quantizes every element to 3 mantissa bits: 3.4-4.8% in a
-# float64 emulation of these formats and K; a broken peer (a transposed or misread scale) is off by O(1).
+PEERS = ("cublas_bf16", "scaled_mm_fp8_rowwise", "dequant_mm", "triton_dequant_mm", "triton_dot_scaled", "humming")
+# max |peer - ours| / max |ours|. The exact peers (humming too: bf16 times the exactly decoded weight,
+# fp32 accumulation) differ from ours only by fp32 summation order and the bf16 rounding of the output.
+# The FP8 peer re-quantizes every element to 3 mantissa bits: 3.4-4.8% in a float64 emulation of these
+# formats and K; a broken peer (a transposed or misread scale, a swapped nibble) is off by O(1).
 CHECK_TOLERANCE = dict.fromkeys(PEERS, 1e-2) | {"scaled_mm_fp8_rowwise": 0.15}
 CEILING = "engine_bf16_ceiling"
 CEILING_BACKEND = "sm90_engine"
@@ -503,9 +571,14 @@ PEER_NOTES = {
     "cublas_bf16": "torch.mm(A_bf16, B_bf16.T), operands dequantized exactly once outside the timing",
     "scaled_mm_fp8_rowwise": "torch._scaled_mm e4m3 x e4m3, row-wise fp32 scales, use_fast_accum="
     f"{FP8_FAST_ACCUM}; operands re-quantized from the dequantized bf16 outside the timing",
-    "dequant_mm": "PyTorch ops dequantize A and B (table lookup, scale gather by a precomputed index), then torch.mm",
-    "triton_dequant_mm": "one Triton kernel dequantizes A then B to bf16 (SfAtom offsets in-kernel), then torch.mm",
+    "dequant_mm": "PyTorch ops dequantize A (unless bf16) and B (table lookup, scale gather by a precomputed index), "
+    "then torch.mm",
+    "triton_dequant_mm": "one Triton kernel dequantizes A (unless bf16) then B to bf16 (SfAtom offsets in-kernel), "
+    "then torch.mm",
     "triton_dot_scaled": "Triton tl.dot_scaled, plain [rows, K/g] scales, one untuned config per M range",
+    "humming": "humming-kernels W4A16 (W4A16 rows only): HummingLayer on the same weight bytes in its ModelOpt "
+    "NVFP4 / MXFP4 checkpoint layout (scales unswizzled, NVFP4 global scale = ours' alpha), transformed once "
+    "outside the timing, its default tuning",
     CEILING: "not a peer: GemmCall(A_bf16, B_bf16, formats bf16 x bf16).run_on('sm90_engine') on the "
     "operands dequantized exactly once outside the timing: the Hopper engine's pipeline without a decode",
 }
@@ -516,7 +589,7 @@ def dispatched_backend(fp4, fmt: str, ours: Ours, m: int, n: int, k: int, cc: in
     PyTorch fallback): a host-side query, answered without a GPU; None if the build cannot say."""
     a_op, b_op = GEMM_OPERANDS[fmt]
     out_format = "fp16" if ours.out_dtype == torch.float16 else "bf16"
-    alpha = ours.op == "dense_gemm" and fmt == "nvfp4"  # ours_fn passes dense_gemm's NVFP4 alpha tensor
+    alpha = ours.op == "dense_gemm" and b_op.name == "nvfp4"  # ours_fn passes dense_gemm's NVFP4 alpha tensor
     try:
         call = fp4._gemm.described_call(a_op.name, b_op.name, m=m, n=n, k=k, alpha=alpha, out_format=out_format)
         name = call.backend(cc)
@@ -548,6 +621,8 @@ class Operands:
     @classmethod
     def make(cls, fp4, x: Tensor, operand: Operand, ours: Ours) -> Operands:
         values, scales = quantize(fp4, x, operand, ours)
+        if not operand.quantized:  # W4A16's activations: every method reads x itself
+            return cls(operand, values, scales, x, scales, rowwise_fp8(x))
         rows, k = x.shape
         fmt = fp4.reference.FORMATS[operand.name]
         bf16 = fp4.reference.dequantize(values, scales, fmt).to(torch.bfloat16)
@@ -564,6 +639,9 @@ class Weight:
     bf16: list[tuple[Tensor, ...]]  # cublas_bf16
     fp8: list[tuple[Tensor, ...]]  # scaled_mm_fp8_rowwise
     plain: list[tuple[Tensor, ...]]  # triton_dot_scaled
+    # humming: one layer per copy of `packed`, built by the first W4A16 row that asks (every M of the
+    # block shares them); or why they could not be built, which every later row would hit again
+    humming: list[tuple[Callable[[Tensor, Tensor | None], Tensor]]] | str | None = None
 
     @classmethod
     def make(cls, q: Operands, l2_bytes: int) -> Weight:
@@ -590,27 +668,52 @@ def peer_fns(fmt: str, a: Operands, w: Weight, out: Tensor) -> dict[str, Callabl
         return Rotation(lambda b, bs: scaled_mm_rowwise(*a.fp8, b, bs), w.fp8)
 
     def dequant_mm() -> Callable[[], Tensor]:
-        deq_a = TorchDequant.build(a_op, m, k, device)
         deq_b = TorchDequant.build(b_op, n, k, device)
+        if not a_op.quantized:  # W4A16: only the weight is decoded
+            return Rotation(lambda b, sfb: mm_bt(a.bf16, deq_b(b, sfb), out), w.packed)
+        deq_a = TorchDequant.build(a_op, m, k, device)
         return Rotation(lambda b, sfb: mm_bt(deq_a(a.values, a.scales), deq_b(b, sfb), out), w.packed)
 
     def triton_dequant_mm() -> Callable[[], Tensor]:
-        a_bf16 = torch.empty(m, k, dtype=torch.bfloat16, device=device)
+        a_bf16 = torch.empty(m, k, dtype=torch.bfloat16, device=device) if a_op.quantized else a.bf16
         b_bf16 = torch.empty(n, k, dtype=torch.bfloat16, device=device)
 
         def run(b: Tensor, sfb: Tensor) -> Tensor:
-            triton_dequant(a.values, a.scales, a_op, a_bf16)
+            if a_op.quantized:
+                triton_dequant(a.values, a.scales, a_op, a_bf16)
             return mm_bt(a_bf16, triton_dequant(b, sfb, b_op, b_bf16), out)
 
         return Rotation(run, w.packed)
 
     def dot_scaled() -> Callable[[], Tensor]:
         if a_op != b_op:
-            raise NotImplementedError(f"tl.dot_scaled has no {b_op.element} format")
+            raise NotImplementedError(f"one format for both operands only, not {a_op.name} x {b_op.name}")
         return Rotation(lambda b, bs: triton_dot_scaled(a.values, a.plain, b, bs, b_op, out), w.plain)
 
-    builders = (cublas, fp8, dequant_mm, triton_dequant_mm, dot_scaled)
-    return dict(zip(PEERS, builders, strict=True))
+    def humming() -> Callable[[], Tensor]:
+        return Rotation(lambda layer: layer(a.bf16, out), humming_layers(w, b_op, fmt))
+
+    builders = (cublas, fp8, dequant_mm, triton_dequant_mm, dot_scaled, humming)
+    fns = dict(zip(PEERS, builders, strict=True))
+    if fmt not in W4A16_FORMATS:  # humming's FP4 x FP4 and FP8 paths need sm_100+ or are another recipe
+        del fns["humming"]
+    return fns
+
+
+def humming_layers(w: Weight, b_op: Operand, fmt: str) -> list[tuple[Callable[[Tensor, Tensor | None], Tensor]]]:
+    """w.humming, built on the first call: humming_linear of each rotation copy of the weight, NVFP4 with
+    the global scale ours gets as alpha. A failure is kept and raised again (a JIT error, a missing
+    install): each row of the block records it without paying for it again."""
+    if w.humming is None:
+        try:
+            w.humming = [(humming_linear(values, scales, b_op, nvfp4_alpha(fmt, values.device)),)
+                         for values, scales in w.packed]  # fmt: skip
+        except Exception as e:
+            w.humming = error_text(e)
+            raise
+    if isinstance(w.humming, str):
+        raise RuntimeError(w.humming)
+    return w.humming
 
 
 def ceiling_call(fp4, a_bf16: Tensor, b_bf16: Tensor, out: Tensor) -> tuple:

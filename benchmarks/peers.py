@@ -3,7 +3,7 @@ number the docs cite. Same process, same inputs, peers first and ours last, medi
 (triton.testing.do_bench), weights rotated past L2 where a run is memory-bound (docs/PERFORMANCE.md, "How
 to measure"). Each subcommand writes one JSON under benchmarks/results/ (--out to change it):
 
-    python benchmarks/peers.py gemm        # dense GEMMs against five peers: h200-gemm.json and .md
+    python benchmarks/peers.py gemm        # dense GEMMs against six peers: h200-gemm.json and .md
     python benchmarks/peers.py grouped     # MoE grouped GEMMs: h200-gemm-grouped.json
     python benchmarks/peers.py skinny      # M <= 16 decode GEMMs: h200-gemm-skinny.json
     python benchmarks/peers.py w4a16       # W4A16 above the decode rows: h200-gemm-w4a16.json
@@ -69,7 +69,7 @@ def write_results(path: Path, rows: list, gpu: str | None = None, **extra: objec
 
 
 def gemm(args: argparse.Namespace) -> dict:
-    """Dense block-scaled GEMMs against five peers and the engine's bf16 ceiling.
+    """Dense block-scaled GEMMs against six peers and the engine's bf16 ceiling.
 
     Ours against what a Hopper user has instead, in one process, on the same data.
 
@@ -79,19 +79,24 @@ def gemm(args: argparse.Namespace) -> dict:
       cublas_bf16            torch.mm on A and B dequantized exactly to bf16 once, outside the timing
       scaled_mm_fp8_rowwise  torch._scaled_mm on e4m3 operands with row-wise float32 scales (re-quantized
                              outside the timing): another recipe, the FP8 ceiling
-      dequant_mm             PyTorch ops dequantize A and B, then torch.mm; all of it timed
-      triton_dequant_mm      one Triton kernel dequantizes A, then B, then torch.mm; all of it timed
+      dequant_mm             PyTorch ops dequantize A (unless bf16) and B, then torch.mm; all of it timed
+      triton_dequant_mm      one Triton kernel dequantizes A (unless bf16), then B, then torch.mm; all timed
       triton_dot_scaled      Triton tl.dot_scaled on plain [rows, K/g] scales (unswizzled beforehand)
+      humming                W4A16 rows: humming-kernels' W4A16 GEMM, a HummingLayer loaded with the same
+                             weight bytes (ModelOpt NVFP4 / MXFP4 layout) and transformed once; offline
+                             install: python -m pip install --no-index --find-links .whl/humming humming-kernels
       ours                   the public function in the row's "op"; "ours_backend" names the backend
       engine_bf16_ceiling    not a peer: the Hopper engine by name on the dequantized bf16 operands, the
                              same pipeline without any decode: what ours could reach
 
-    Formats: mxfp8, mxfp4, nvfp4 (dense_gemm on group_wise_quant operands, or --nvfp4-op nvfp4_gemm_bf16)
-    and e0m3 (e0m3_weight_gemm_fp16; only with --formats). Shapes (N, K): four large layers and two MoE
+    Formats: mxfp8, mxfp4, nvfp4 (dense_gemm on group_wise_quant operands, or --nvfp4-op nvfp4_gemm_bf16),
+    w4a16-nvfp4 and w4a16-mxfp4 (bf16 activations as they are, dense_gemm's W4A16 modes; --w4a16 runs only
+    these) and e0m3 (e0m3_weight_gemm_fp16; only with --formats). Shapes (N, K): four large layers and two MoE
     experts'. Timing: do_bench medians; each method cycles through copies of its weight operands, so
     small-M runs stream B from HBM. Every peer's output is checked against ours once per row
     ("peer_check": max |diff| / max |ours|); a peer that fails the check, or raises ("notes"), gets no
-    ratio. ratio_vs_X = X's time / ours (above 1: ours faster); ratio_vs_fp8_rowwise is
+    ratio; humming runs on the W4A16 rows only (elsewhere null, without a note). ratio_vs_X = X's time /
+    ours (above 1: ours faster); ratio_vs_fp8_rowwise is
     ratio_vs_scaled_mm_fp8_rowwise under its short name. No (format, N, K) block starts after --budget-s
     seconds; the blocks left out are the JSON's "not_run". --device cpu is a functional dry run (Triton
     interpreted, timings meaningless). Also writes the result's table (.md beside the JSON).
@@ -596,13 +601,13 @@ FULL_COLUMNS = (
     FORMAT, OP, BACKEND, *SHAPE, OURS_US, Column("TFLOP/s", number("tflops", 1)),
     ratio_column("cublas_bf16", "bf16"), ratio_column("fp8_rowwise", "fp8 row"), ratio_column("dequant_mm", "deq+mm"),
     ratio_column("triton_dequant_mm", "triton deq+mm"), ratio_column("triton_dot_scaled", "triton dot_scaled"),
-    *CEILING,
+    ratio_column("humming", "humming"), *CEILING,
 )  # fmt: skip
 README_COLUMNS = (
     FORMAT, *SHAPE, BACKEND, OURS_US, Column("TFLOP/s", number("tflops", 0)),
     ratio_column("cublas_bf16", "cuBLAS bf16"), ratio_column("fp8_rowwise", "fp8 row-wise"),
     ratio_column("triton_dequant_mm", "Triton deq+mm"), ratio_column("triton_dot_scaled", "Triton dot_scaled"),
-    *CEILING,
+    ratio_column("humming", "humming"), *CEILING,
 )  # fmt: skip
 
 
@@ -650,6 +655,7 @@ METHODS = {
     "dequant_mm": ("PyTorch dequant + mm", {"color": "tab:orange", "marker": "^"}),
     "triton_dequant_mm": ("Triton dequant + mm", {"color": "tab:green", "marker": "D"}),
     "triton_dot_scaled": ("Triton dot_scaled", {"color": "tab:red", "marker": "x"}),
+    "humming": ("humming-kernels W4A16", {"color": "tab:purple", "marker": "P"}),
     "engine_bf16_ceiling": ("engine, bf16 operands (ceiling)", {"color": "gray", "marker": ".", "linestyle": ":"}),
 }
 
@@ -879,7 +885,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(required=True, metavar="subcommand")
     p = subcommand(sub, gemm, None)
     p.add_argument("--quick", action="store_true", help=f"M in {grid.QUICK_MS}, (N, K) in {grid.QUICK_SHAPES}")
-    p.add_argument("--formats", nargs="+", choices=grid.FORMATS, default=list(grid.DEFAULT_FORMATS))
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--formats", nargs="+", choices=grid.FORMATS, default=list(grid.DEFAULT_FORMATS))
+    which.add_argument(
+        "--w4a16", action="store_true", help=f"W4A16 rows only: --formats {' '.join(grid.W4A16_FORMATS)}"
+    )
     p.add_argument("--ms", nargs="+", type=int, default=None, help=f"default {grid.MS}")
     p.add_argument("--shapes", nargs="+", type=parse_shape, default=None,
                    help="NxK ... (default: the six; with --table, the README's four)")  # fmt: skip
@@ -910,6 +920,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
     if args.command == "gemm":
         measuring = not (args.table or args.plot)
+        if args.w4a16:
+            args.formats = list(grid.W4A16_FORMATS)
         if measuring:
             args.ms = args.ms or list(grid.QUICK_MS if args.quick else grid.MS)
             args.shapes = args.shapes or list(grid.QUICK_SHAPES if args.quick else grid.SHAPES)

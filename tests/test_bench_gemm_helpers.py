@@ -194,6 +194,129 @@ def test_triton_dot_scaled_matches_cublas_on_exact_operands(ref, name, m):
     assert gemm_peers.relative_error(out, expected) < 1e-2
 
 
+# ---- humming-kernels' W4A16: our weight in its checkpoint layout --------------------------------
+
+HUMMING_FORMATS = ["nvfp4", "mxfp4"]
+
+
+def humming_dequantize(weight: torch.Tensor, weight_scale: torch.Tensor, weight_scale_2: torch.Tensor | None):
+    """float32 [N, K] of a humming float4e2m1 weight in plain PyTorch: what humming's dequantize_weight
+    (utils/weight.py) computes with its GPU ops. Unpack (kernel/pack_weight.cuh): element i of an int32
+    word at bits 4i..4i+3. Decode (kernel/dequant_weight.cuh): the sign (bit 3) to float32's bit 31, the
+    exponent and mantissa bits below float32's exponent field, times 2^(128 - 2) to rebias. Then the group
+    scale repeated along K and the tensor scale."""
+    words = weight.view(torch.int32)
+    codes = ((words[..., None] >> (4 * torch.arange(8, dtype=torch.int32))) & 15).flatten(-2)
+    values = (((codes & 8) << 28) | ((codes & 7) << 22)).view(torch.float32) * 2.0**126
+    out = values * weight_scale.float().repeat_interleave(codes.shape[-1] // weight_scale.shape[-1], dim=-1)
+    return out if weight_scale_2 is None else out * weight_scale_2.float()
+
+
+@pytest.mark.parametrize("name", HUMMING_FORMATS)
+def test_humming_tensors_decode_to_the_reference(ref, name):
+    """Our bytes in the layout humming's schema reads (the codes viewed as int32 words, as
+    schema/modelopt.py and schema/mxfp4.py do; scales unswizzled) decode to our reference values."""
+    values, scales, exact = quantized(ref, name)
+    global_scale = torch.tensor([0.5])  # not 1: a tensor scale that were dropped or divided would show
+    tensors, config = gemm_peers.humming_tensors(values, scales, gemm_peers.OPERANDS[name], global_scale)
+    assert tensors["weight"].data_ptr() == values.data_ptr()  # the same bytes, not a re-quantization
+    if name == "nvfp4":
+        assert config == {"quant_method": "modelopt", "quant_algo": "nvfp4"}
+        decoded = humming_dequantize(tensors["weight"], tensors["weight_scale"], tensors["weight_scale_2"])
+        assert torch.equal(decoded, exact * global_scale)
+    else:
+        assert config == {"quant_method": "mxfp4"} and set(tensors) == {"weight", "weight_scale"}
+        decoded = humming_dequantize(tensors["weight"], tensors["weight_scale"].view(torch.float8_e8m0fnu), None)
+        assert torch.equal(decoded, exact)
+
+
+@pytest.mark.parametrize("name", HUMMING_FORMATS)
+def test_hummings_schema_takes_our_tensors(ref, name):
+    """humming's own schema on CPU: it accepts the tensors (dtypes, shapes), converts them into the
+    humming weight it runs (float4e2m1 codes, per-16 E4M3 scales with a tensor scale, or per-32 E8M0
+    scales), and that weight decodes to our reference values."""
+    pytest.importorskip("humming", reason=f"humming-kernels is not installed ({gemm_peers.HUMMING_INSTALL})")
+    from humming import dtypes
+    from humming.config.enum import WeightScale2Type
+    from humming.schema import BaseWeightSchema
+
+    values, scales, exact = quantized(ref, name)
+    n, k = exact.shape
+    global_scale = torch.tensor([0.5])
+    tensors, config = gemm_peers.humming_tensors(values, scales, gemm_peers.OPERANDS[name], global_scale)
+    schema = BaseWeightSchema.from_config(dict(config))
+    schema.validate_tensors(tensors, n, k, torch.bfloat16)
+    # convert_humming without its CUDA device guard: the conversion HummingLayer.transform() runs first
+    converted, out = schema._convert_humming(dict(tensors), [n], [k], torch.bfloat16)
+    assert converted.b_dtype == dtypes.float4e2m1
+    operand = gemm_peers.OPERANDS[name]
+    assert converted.weight_scale_group_size == operand.group
+    if name == "nvfp4":
+        assert converted.bs_dtype == dtypes.float8e4m3 and converted.weight_scale_2_type == WeightScale2Type.TENSOR
+        expected = exact * global_scale
+    else:
+        assert converted.bs_dtype == dtypes.float8e8m0 and "weight_scale_2" not in out
+        expected = exact
+    decoded = humming_dequantize(out["weight"], out["weight_scale"], out.get("weight_scale_2"))
+    assert torch.equal(decoded, expected)
+
+
+def test_humming_failure_is_kept_for_the_block(monkeypatch):
+    """A weight whose humming layers could not be built records why once; every later row of its block
+    gets the same error without building (JIT-compiling) again."""
+    calls = []
+
+    def failing(*args: object) -> None:
+        calls.append(args)
+        raise ImportError("no module named 'humming'")
+
+    monkeypatch.setattr(gemm_peers, "humming_linear", failing)
+    w = gemm_peers.Weight(None, [(torch.zeros(2, 8, dtype=torch.uint8), torch.zeros(512, dtype=torch.uint8))] * 2,
+                          [], [], [])  # fmt: skip
+    with pytest.raises(ImportError):
+        gemm_peers.humming_layers(w, gemm_peers.OPERANDS["mxfp4"], "w4a16-mxfp4")
+    with pytest.raises(RuntimeError, match="ImportError: no module named 'humming'"):
+        gemm_peers.humming_layers(w, gemm_peers.OPERANDS["mxfp4"], "w4a16-mxfp4")
+    assert len(calls) == 1
+
+
+def test_humming_is_a_peer_of_the_w4a16_rows_only(fp4):
+    """Every W4A16 row offers humming (whose build then says why it cannot run on CPU); the W4A4 and
+    W8A8 rows do not list it (humming_us null without a note)."""
+    m, n, k = 4, 128, 256
+    for fmt in gemm_peers.DEFAULT_FORMATS:
+        ours = gemm_peers.ours_for(fmt, "dense_gemm")
+        a_op, b_op = gemm_peers.GEMM_OPERANDS[fmt]
+        a = gemm_peers.Operands.make(fp4, torch.randn(m, k).bfloat16(), a_op, ours)
+        w = gemm_peers.Weight.make(gemm_peers.Operands.make(fp4, torch.randn(n, k).bfloat16(), b_op, ours), 1)
+        builders = gemm_peers.peer_fns(fmt, a, w, torch.empty(m, n, dtype=torch.bfloat16))
+        assert ("humming" in builders) == (fmt in gemm_peers.W4A16_FORMATS), fmt
+        if fmt in gemm_peers.W4A16_FORMATS:
+            assert a.values is a.bf16 and a.scales.numel() == 0  # bf16 activations as they are
+            with pytest.raises(RuntimeError, match="CUDA GPU"):
+                builders["humming"]()
+
+
+@requires_arch()
+@pytest.mark.parametrize("name", HUMMING_FORMATS)
+@pytest.mark.parametrize("m", [1, 16, 300])
+def test_humming_linear_matches_the_exact_product(ref, name, m):
+    """humming's W4A16 GEMM on our weight bytes against the float64 product of the exact values: a
+    misread layout (nibble order, scale layout, tensor scale) is off by O(1)."""
+    pytest.importorskip("humming", reason=f"humming-kernels is not installed ({gemm_peers.HUMMING_INSTALL})")
+    n, k = 256, 1024
+    values, scales, exact = (t.cuda() for t in quantized(ref, name, rows=n, k=k, seed=2))
+    global_scale = torch.tensor([0.5], device="cuda")
+    linear = gemm_peers.humming_linear(values, scales, gemm_peers.OPERANDS[name], global_scale)
+    x = torch.randn(m, k, generator=torch.Generator(device="cuda").manual_seed(1), device="cuda").bfloat16()
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    got = linear(x, out)
+    scale = 0.5 if name == "nvfp4" else 1.0
+    expected = x.double() @ (exact.double() * scale).T
+    assert gemm_peers.relative_error(got, expected) < 1e-2
+    assert got.data_ptr() == out.data_ptr()  # written into the caller's buffer, as the grid times it
+
+
 # ---- the engine's bf16 ceiling and the backend column ------------------------------------------
 
 
@@ -270,6 +393,17 @@ def test_gemm_row_ratios_skip_failed_and_missing_peers():
     assert keys <= row.keys()
 
 
+@pytest.mark.parametrize("check", [PASSED, FAILED, None])
+def test_w4a16_row_carries_the_humming_ratio(check):
+    """humming_us and ratio_vs_humming = humming's time / ours, a ratio only where humming passed its check."""
+    checks = {"cublas_bf16": PASSED} | ({"humming": check} if check else {})
+    times = {"ours": 20.0, "cublas_bf16": 30.0} | ({"humming": 25.0} if check else {})
+    row = gemm_peers.make_row("dense_gemm", "w4a16-nvfp4", 64, 1024, 512, times, checks, {}, "sm90_engine")
+    assert row["humming_us"] == (25.0 if check else None)
+    assert row["ratio_vs_humming"] == (1.25 if check is PASSED else None)
+    assert row["peer_check"]["humming"] == check
+
+
 @pytest.mark.parametrize("failing", [None, "cublas_bf16", gemm_peers.CEILING])
 def test_ceiling_ratio_needs_both_checks(failing):
     checks = {"cublas_bf16": PASSED, gemm_peers.CEILING: PASSED} | ({failing: FAILED} if failing else {})
@@ -292,7 +426,8 @@ def test_readme_table_keeps_the_excerpt_shapes(tmp_path, capsys):
     assert table == capsys.readouterr().out
     header = table.splitlines()[0]
     assert "vs fp8 row-wise" in header and "engine bf16 us" in header and "engine bf16 vs cuBLAS bf16" in header
-    assert "| mxfp4 | 1024 | 4096 | 7168 | composition | 10.0 | 6013 | 0.80 | 0.50 | - | - | 9.0 | 0.89 |" in table
+    assert "vs humming" in header
+    assert "| mxfp4 | 1024 | 4096 | 7168 | composition | 10.0 | 6013 | 0.80 | 0.50 | - | - | - | 9.0 | 0.89 |" in table
     assert "17408" not in table  # (5120, 17408) is not an excerpt shape
     assert len(table.splitlines()) == 3
 
