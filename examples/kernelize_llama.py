@@ -9,7 +9,8 @@ What it does, as an inference engine would:
 2. calibrates: runs the bf16 model once and records the amax of every decoder Linear's input;
 3. replaces each decoder nn.Linear by a module of the model's own class, marked with
    `use_kernel_forward_from_hub("<Recipe>Linear")`, holding the weight quantized by
-   `fp4_gemm.layers.quantize_linear` (lm_head and embeddings stay bf16); that class's own forward
+   `fp4_gemm.layers.quantize_linear` (lm_head and embeddings stay bf16; `--recipe w4a16` is
+   W4A16NVFP4Linear: the NVFP4 weight, bf16 activations as they are); that class's own forward
    emulates the recipe with the package's reference (float64 math on dequantized operands), which is
    what runs where no kernel is mapped;
 4. kernelizes with a mapping to `LocalLayerRepository(<this build>, layer_name="<Recipe>Linear")`;
@@ -32,7 +33,9 @@ from kernels import LocalLayerRepository, Mode, get_local_kernel, kernelize, use
 from torch import nn
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYER_NAMES = {"nvfp4": "NVFP4Linear", "mxfp4": "MXFP4Linear", "mxfp8": "MXFP8Linear"}
+LAYER_NAMES = {"nvfp4": "NVFP4Linear", "mxfp4": "MXFP4Linear", "mxfp8": "MXFP8Linear", "w4a16": "W4A16NVFP4Linear"}
+# the block format of each recipe's weight; w4a16 alone leaves the activations unquantized
+WEIGHT_FORMATS = {"nvfp4": "nvfp4", "mxfp4": "mxfp4", "mxfp8": "mxfp8", "w4a16": "nvfp4"}
 
 
 def kernel_path() -> Path:
@@ -54,15 +57,17 @@ def small_llama(layers: int = 2, hidden: int = 1024, vocab: int = 2048, seed: in
 
 def client_class(recipe: str, ref: ModuleType) -> type[nn.Module]:
     """The model's quantized linear, holding fp4_gemm.layers' attributes. Its own forward emulates the
-    layer with the reference (`ref`: fp4_gemm.reference): quantize-dequantize the activation, float64
-    GEMM on the dequantized weight; kernelize replaces it with the kernel layer's forward."""
-    fmt = ref.FORMATS[recipe]
+    layer with the reference (`ref`: fp4_gemm.reference): quantize-dequantize the activation (w4a16:
+    as it is), float64 GEMM on the dequantized weight; kernelize replaces it with the kernel layer's forward."""
+    fmt, weight_only = ref.FORMATS[WEIGHT_FORMATS[recipe]], recipe == "w4a16"
 
     def forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1]).float() * getattr(self, "input_global_scale", 1.0)
-        a = ref.dequantize(*ref.quantize(rows, fmt, swizzle=True), fmt).double()
+        a = rows.double() if weight_only else ref.dequantize(*ref.quantize(rows, fmt, swizzle=True), fmt).double()
         y = a @ ref.dequantize(self.weight, self.weight_scale, fmt).double().T
-        y = y * (self.alpha.double() if getattr(self, "alpha", None) is not None else 1.0)
+        # the one float32 multiplier: NVFP4's alpha, or W4A16's weight_global_scale
+        scale = getattr(self, "alpha", None) if not weight_only else self.weight_global_scale
+        y = y * (scale.double() if scale is not None else 1.0)
         y = y if self.bias is None else y + self.bias.double()
         return y.to(x.dtype).reshape(*x.shape[:-1], y.shape[-1])
 
@@ -72,6 +77,22 @@ def client_class(recipe: str, ref: ModuleType) -> type[nn.Module]:
 
 def decoder_linears(model: nn.Module) -> dict[str, nn.Linear]:
     return {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear) and ".layers." in name}
+
+
+def linear_attributes(
+    fp4: ModuleType, weight: torch.Tensor, recipe: str, bias: torch.Tensor | None, input_amax: float | None
+) -> dict:
+    """The attributes of `recipe`'s layer. W4A16NVFP4Linear takes quantize_linear's NVFP4 weight as it is:
+    with no activation scale, NVFP4's alpha is the weight's global scale as a multiplier."""
+    if recipe != "w4a16":
+        return fp4.layers.quantize_linear(weight, recipe, bias, input_amax)
+    nvfp4 = fp4.layers.quantize_linear(weight, "nvfp4", bias)
+    return {
+        "weight": nvfp4["weight"],
+        "weight_scale": nvfp4["weight_scale"].reshape(-1),
+        "weight_global_scale": nvfp4["alpha"],
+        "bias": nvfp4["bias"],
+    }
 
 
 @torch.no_grad()
@@ -97,7 +118,7 @@ def quantize_model(model: nn.Module, fp4: ModuleType, recipe: str, calibration_i
     cls = client_class(recipe, fp4.reference)
     for name, linear in decoder_linears(quantized).items():
         bias = None if linear.bias is None else linear.bias.detach()
-        attributes = fp4.layers.quantize_linear(linear.weight.detach(), recipe, bias, amax.get(name))
+        attributes = linear_attributes(fp4, linear.weight.detach(), recipe, bias, amax.get(name))
         module = fp4.layers.load_linear(cls(), attributes)
         module.in_features, module.out_features = linear.in_features, linear.out_features
         parent, _, child = name.rpartition(".")
