@@ -516,6 +516,7 @@ def test_tier_rules_raise_before_launch(fp4, ref):
 # ---- the register-streaming kernel by name (variant 4): every M, pair, tail, knob and K split ------
 
 REGISTER_STREAM = SKINNY_KERNELS["register-stream"]["variant"]
+STAGED = SKINNY_KERNELS["staged"]["variant"]
 SPLITS = [1, 3, 8]  # one CTA per K range; clusters of 3 (uneven slices) and 8 (ranks with no step)
 
 
@@ -541,6 +542,20 @@ def test_each_variant_runs_its_kernel(fp4, ref, pair):
         staged = [name for name in names if "skinny_gemm_kernel" in name]
         expected = (streamed, staged) if kernel.startswith("register-stream") else (staged, streamed)
         assert len(expected[0]) == 1 and not expected[1], f"{pair} {kernel}: launched {names}"
+
+
+@requires_arch()
+@pytest.mark.parametrize("splits", SPLITS)
+@pytest.mark.parametrize("m", [1, 7, 16])
+@pytest.mark.parametrize("pair", [("nvfp4", "nvfp4"), ("mxfp8", "mxfp8"), ("nvfp4", "e0m3"), ("bf16", "nvfp4")],
+                         ids="-".join)  # fmt: skip
+def test_staged_kernel_takes_the_split_knob_within_the_bound(fp4, ref, pair, m, splits):
+    """`splits` = S runs the staged kernel over clusters of S CTAs too (where one fits an SM), also
+    where its planner would pick another S: K = 8192 gives every rank of 8 stages of its own."""
+    ops = Operands(ref, *pair, m, 1040, 8192, seed=710)
+    a, b, sfa, sfb = ops.cuda()
+    out = gemm(fp4, a, b, sfa, sfb, *pair, poisoned_out(m, 1040), variant=STAGED, splits=splits)
+    assert_within_bound(out.cpu(), ops.product(), ops.a_dq, ops.b_dq, f"staged {pair} M={m} S={splits}")
 
 
 @requires_arch()
