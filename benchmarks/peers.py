@@ -7,6 +7,7 @@ to measure"). Each subcommand writes one JSON under benchmarks/results/ (--out t
     python benchmarks/peers.py grouped     # MoE grouped GEMMs: h200-gemm-grouped.json
     python benchmarks/peers.py skinny      # M <= 16 decode GEMMs: h200-gemm-skinny.json
     python benchmarks/peers.py w4a16       # W4A16 above the decode rows: h200-gemm-w4a16.json
+    python benchmarks/peers.py stream      # decode layers back to back in a CUDA graph: h200-gemm-stream.json
     python benchmarks/peers.py staged      # NVFP4-output and GeGLU GEMMs: h200-gemm-staged.json
     python benchmarks/peers.py e0m3-split  # the E0M3 split backend: h200-gemm-e0m3-split.json
     python benchmarks/peers.py quant       # quantizers and MoE data movement: h200-quant.json
@@ -185,6 +186,26 @@ def skinny(args: argparse.Namespace) -> dict:
         torch.cuda.empty_cache()
     if args.grouped:
         rows += suites.grouped_decode_rows(fp4, copy_bw)
+    return write_results(args.out, rows, copy_bw_GBps=round(copy_bw, 1))
+
+
+def stream(args: argparse.Namespace) -> dict:
+    """Decode layers back to back in a CUDA graph, weights rotated past L2: how a model's decode step runs.
+
+    For the grid's weights of at least 30 MB, M = 1 and 16 and each format of `skinny`: our public function
+    (dense_gemm, its default launch options, PDL included) on each copy of its weight in turn (together more
+    than twice the L2), the sequence captured four times in one CUDA graph and replayed; the same for
+    cuBLAS bf16 on the exactly dequantized copies. Per call: the median replay over the calls. Columns as
+    `skinny`'s: fraction_of_copy_bw is what a layer streams its weight at, back to back.
+    """
+    fp4 = load()
+    torch.manual_seed(0)
+    copy_bw = suites.copy_bandwidth_gbps()
+    print(f"device-to-device copy: {copy_bw:.0f} GB/s", flush=True)
+    rows = []
+    for n, k in suites.STREAM_SHAPES:
+        rows += suites.stream_rows(fp4, n, k, copy_bw)
+        torch.cuda.empty_cache()
     return write_results(args.out, rows, copy_bw_GBps=round(copy_bw, 1))
 
 
@@ -907,6 +928,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sweep", action="store_true")
     p.add_argument("--sweep-out", type=Path, default=RESULTS / "h200-gemm-skinny-knobs.json")
     subcommand(sub, w4a16, "h200-gemm-w4a16.json")
+    subcommand(sub, stream, "h200-gemm-stream.json")
     subcommand(sub, staged, "h200-gemm-staged.json")
     subcommand(sub, e0m3_split, "h200-gemm-e0m3-split.json")
     subcommand(sub, quant, "h200-quant.json")

@@ -12,13 +12,14 @@ What each row holds is in the help of its subcommand (`python benchmarks/peers.p
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
-from benchmark import HALOPS_MODES
+from benchmark import HALOPS_MODES, ours_fn, ours_for
 from gemm_peers import (
     QUALIFICATION_SHAPES,
     Rotation,
@@ -372,6 +373,61 @@ def decode_rows(fp4, n: int, k: int, copy_bw: float) -> list[dict]:
             call(*op_copies[0])
             rows.append(bandwidth_row(op, c.fmt, c.m, n, k, c.traffic, ours_us, c.peer_us, "cublas_bf16", copy_bw,
                                       check(c.out, c.peer)))  # fmt: skip
+    return rows
+
+
+# ---- decode layers back to back in a CUDA graph (how a model's decode step runs) ----------------
+
+STREAM_SHAPES = ((17408, 5120), (5120, 17408), (12288, 5120), (8192, 8192))  # the grid's weights of >= 30 MB
+STREAM_MS = (1, 16)
+STREAM_ROUNDS = 4  # passes over the weight copies in one graph
+STREAM_REPEATS = 15
+
+
+def graph_us_per_call(calls: list[Callable[[], object]]) -> float:
+    """Per call: `calls` captured back to back STREAM_ROUNDS times in one CUDA graph, replayed; the
+    median over STREAM_REPEATS replays. Each call's own launch options (PDL) are captured as they are."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture stream, as torch.cuda.graph asks
+        for call in calls:
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(STREAM_ROUNDS):
+            for call in calls:
+                call()
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(STREAM_REPEATS):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / (STREAM_ROUNDS * len(calls)))
+    return sorted(times)[len(times) // 2]
+
+
+def mm_into(x: Tensor, out: Tensor, w: Tensor) -> Tensor:
+    return torch.mm(x, w.T, out=out)
+
+
+def stream_rows(fp4, n: int, k: int, copy_bw: float) -> list[dict]:
+    """M in STREAM_MS, each format: our public function (dense_gemm, as a model's layers call it) and
+    cuBLAS bf16, each on its weight's copies in turn (together more than twice the L2), in a graph."""
+    rows = []
+    for c in decode_cases(fp4, n, k):
+        if c.m not in STREAM_MS:
+            continue
+        ours = ours_fn(fp4, ours_for(c.fmt, "dense_gemm"), c.fmt, c.a, c.sfa, c.out)
+        ours_us = graph_us_per_call([functools.partial(ours, *args) for args in c.weight.copies])
+        x = c.a if c.fmt.startswith("w4a16") else dequantized_bf16(fp4, c.a, c.sfa, c.fmt)
+        peer = functools.partial(mm_into, x, torch.empty_like(c.out))
+        peer_us = graph_us_per_call([functools.partial(peer, *args) for args in copies((c.weight.bf16,))])
+        rows.append(bandwidth_row("dense_gemm", c.fmt, c.m, n, k, c.traffic, ours_us, peer_us, "cublas_bf16", copy_bw,
+                                  check(c.out, c.peer)))  # fmt: skip
     return rows
 
 
