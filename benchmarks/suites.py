@@ -350,14 +350,15 @@ def cublas_us(x: Tensor, dense_copies: list[tuple[Tensor, ...]]) -> float:
     return skinny_us(Rotation(lambda w: torch.mm(x, w.T, out=out), dense_copies))
 
 
-def decode_cases(fp4, n: int, k: int) -> Iterator[DecodeCase]:
-    """For each M (cuBLAS bf16 timed first, on the NVFP4 weight's exact values) and format: its case."""
+def decode_cases(fp4, n: int, k: int, ms: tuple[int, ...] = SKINNY_MS, time_peer: bool = True) -> Iterator[DecodeCase]:
+    """For each M (cuBLAS bf16 timed first, on the NVFP4 weight's exact values, unless not `time_peer`:
+    peer_us NaN) and format: its case."""
     w = (torch.randn(n, k, device="cuda") * 0.05).to(torch.bfloat16)
     weights = {fmt: DecodeWeight(fp4, fmt, w) for fmt in SKINNY_FORMATS}
-    dense_copies = copies((weights["nvfp4"].bf16,))
-    for m in SKINNY_MS:
+    dense_copies = copies((weights["nvfp4"].bf16,)) if time_peer else []
+    for m in ms:
         x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-        peer_us = cublas_us(x, dense_copies)  # the peer first
+        peer_us = cublas_us(x, dense_copies) if time_peer else float("nan")  # the peer first
         for fmt, weight in weights.items():
             a, sfa, a_bf16 = activation(fp4, fmt, x)
             out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
@@ -417,17 +418,15 @@ def mm_into(x: Tensor, out: Tensor, w: Tensor) -> Tensor:
 def stream_rows(fp4, n: int, k: int, copy_bw: float) -> list[dict]:
     """M in STREAM_MS, each format: our public function (dense_gemm, as a model's layers call it) and
     cuBLAS bf16, each on its weight's copies in turn (together more than twice the L2), in a graph."""
-    rows = []
-    for c in decode_cases(fp4, n, k):
-        if c.m not in STREAM_MS:
-            continue
+    rows, peer_us = [], {}  # cuBLAS per M: its time does not depend on the values
+    for c in decode_cases(fp4, n, k, STREAM_MS, time_peer=False):
+        if c.m not in peer_us:
+            peer = functools.partial(mm_into, c.peer.new_empty(c.m, k).normal_(), torch.empty_like(c.out))
+            peer_us[c.m] = graph_us_per_call([functools.partial(peer, *args) for args in copies((c.weight.bf16,))])
         ours = ours_fn(fp4, ours_for(c.fmt, "dense_gemm"), c.fmt, c.a, c.sfa, c.out)
         ours_us = graph_us_per_call([functools.partial(ours, *args) for args in c.weight.copies])
-        x = c.a if c.fmt.startswith("w4a16") else dequantized_bf16(fp4, c.a, c.sfa, c.fmt)
-        peer = functools.partial(mm_into, x, torch.empty_like(c.out))
-        peer_us = graph_us_per_call([functools.partial(peer, *args) for args in copies((c.weight.bf16,))])
-        rows.append(bandwidth_row("dense_gemm", c.fmt, c.m, n, k, c.traffic, ours_us, peer_us, "cublas_bf16", copy_bw,
-                                  check(c.out, c.peer)))  # fmt: skip
+        rows.append(bandwidth_row("dense_gemm", c.fmt, c.m, n, k, c.traffic, ours_us, peer_us[c.m], "cublas_bf16",
+                                  copy_bw, check(c.out, c.peer)))  # fmt: skip
     return rows
 
 
