@@ -14,7 +14,6 @@ pytestmark = pytest.mark.kernels_ci
 
 BACKENDS = {"skinny", "composition", "sm90_engine", "sm100_cutlass", "sm110_cutlass", "sm120_cutlass", "e0m3_split",
             "staged"}  # fmt: skip
-BY_NAME_ONLY = {"sm90_swap_ab"}  # backends no row takes (yet): gemm_on reaches them
 NO_LIMIT = 2**63 - 1
 
 
@@ -35,7 +34,7 @@ def doc_row(row: dict) -> str:
 
 def test_every_row_names_a_backend_of_the_package(fp4):
     assert {row["backend"] for row in table(fp4)} == BACKENDS
-    assert set(fp4.ops.gemm_backend_names()) <= BACKENDS | BY_NAME_ONLY
+    assert set(fp4.ops.gemm_backend_names()) <= BACKENDS
 
 
 def test_every_row_gives_its_reason_and_a_result_file_that_exists(fp4):
