@@ -24,14 +24,10 @@
 #include "csrc/gemm/blackwell/backend.h"
 #include "csrc/gemm/blackwell/epilogue.cuh"
 #include "csrc/gemm/blackwell/grouped.cuh"
+#include "csrc/gemm/blackwell/kernel_builder.cuh"
 #include "csrc/gemm/blackwell/run.cuh"
 #include "cutlass/detail/sm100_blockscaled_layout.hpp"
-#include "cutlass/epilogue/collective/collective_builder.hpp"
-#include "cutlass/gemm/collective/collective_builder.hpp"
-#include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/dispatch_policy.hpp"
-#include "cutlass/gemm/group_array_problem_shape.hpp"
-#include "cutlass/gemm/kernel/gemm_universal.hpp"
 
 namespace fp4_gemm {
 
@@ -72,15 +68,10 @@ struct Sm100Recipe {
   static constexpr bool kTwoSm = Tile == BlackwellTile::Widen;
   using Operand = Sm100Operand<Format>;
   using ElementD = BlackwellOutElement<Out>;
-  static constexpr int kAlignmentAB = 128 / cutlass::sizeof_bits<typename Operand::Element::DataType>::value;
-  static constexpr int kAlignmentD = 128 / cutlass::sizeof_bits<ElementD>::value;
   using TileK = cute::Int<128 * 8 / cutlass::sizeof_bits<typename Operand::Element::DataType>::value>;
   using MmaTileShape = cute::Shape<cute::Int<kTwoSm ? 256 : 128>, cute::_128, TileK>;
   using CtaTileShape = cute::Shape<cute::_128, cute::_128, TileK>;  // each SM's half of a 2-SM tile
   using ClusterShape = cute::Shape<cute::Int<kTwoSm ? 2 : 1>, cute::_1, cute::_1>;
-  // Grouped kernels take per-group strides: CUTLASS spells that as pointer layout tags.
-  template <class Tag>
-  using Layout = std::conditional_t<Grouped, Tag*, Tag>;
   using EpilogueSchedule =
       std::conditional_t<Grouped, cutlass::epilogue::PtrArrayTmaWarpSpecialized1Sm,
                          std::conditional_t<kTwoSm, cutlass::epilogue::TmaWarpSpecialized2Sm,
@@ -88,26 +79,11 @@ struct Sm100Recipe {
   using MainloopSchedule =
       std::conditional_t<Grouped, typename Operand::ScheduleGrouped,
                          std::conditional_t<kTwoSm, typename Operand::Schedule2Sm, typename Operand::Schedule1Sm>>;
-  using ProblemShape = std::conditional_t<Grouped, cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>,
-                                          cute::Shape<int, int, int, int>>;
-
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm100, cutlass::arch::OpClassBlockScaledTensorOp, MmaTileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementD, Layout<cutlass::layout::RowMajor>,
-      kAlignmentD, ElementD, Layout<cutlass::layout::RowMajor>, kAlignmentD, EpilogueSchedule,
-      BlackwellEpilogue<Arch, CtaTileShape, ElementD>>::CollectiveOp;
-
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm100, cutlass::arch::OpClassBlockScaledTensorOp, typename Operand::Element,
-      Layout<cutlass::layout::RowMajor>, kAlignmentAB, typename Operand::Element, Layout<cutlass::layout::ColumnMajor>,
-      kAlignmentAB, float, MmaTileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-          sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      MainloopSchedule>::CollectiveOp;
-
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<
-      cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue,
-                                           BlackwellTileScheduler<Tile>>>;
+  using Builder = BlackwellKernelBuilder<cutlass::arch::Sm100, typename Operand::Element, ElementD, MmaTileShape,
+                                         ClusterShape, EpilogueSchedule, MainloopSchedule,
+                                         BlackwellEpilogue<Arch, CtaTileShape, ElementD>, Tile, Grouped>;
+  using CollectiveMainloop = typename Builder::CollectiveMainloop;
+  using Gemm = typename Builder::Gemm;
 };
 
 template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile>

@@ -24,14 +24,10 @@
 #include "csrc/gemm/blackwell/backend.h"
 #include "csrc/gemm/blackwell/epilogue.cuh"
 #include "csrc/gemm/blackwell/grouped.cuh"
+#include "csrc/gemm/blackwell/kernel_builder.cuh"
 #include "csrc/gemm/blackwell/run.cuh"
 #include "cutlass/detail/sm100_blockscaled_layout.hpp"
-#include "cutlass/epilogue/collective/collective_builder.hpp"
-#include "cutlass/gemm/collective/collective_builder.hpp"
-#include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/dispatch_policy.hpp"
-#include "cutlass/gemm/group_array_problem_shape.hpp"
-#include "cutlass/gemm/kernel/gemm_universal.hpp"
 
 namespace fp4_gemm {
 
@@ -68,36 +64,16 @@ struct Sm120Recipe {
   static_assert(Tile == BlackwellTile::Default || !Grouped, "grouped kernels use the default tile");
   using Operand = Sm120Operand<Format>;
   using ElementD = BlackwellOutElement<Out>;
-  static constexpr int kAlignmentAB = 128 / cutlass::sizeof_bits<typename Operand::Element::DataType>::value;
-  static constexpr int kAlignmentD = 128 / cutlass::sizeof_bits<ElementD>::value;
   using TileShape = cute::Shape<cute::Int<Tile == BlackwellTile::Widen ? 256 : 128>, cute::_128, cute::_128>;
   using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
-  // Grouped kernels take per-group strides: CUTLASS spells that as pointer layout tags.
-  template <class Tag>
-  using Layout = std::conditional_t<Grouped, Tag*, Tag>;
   using MainloopSchedule = std::conditional_t<
       Grouped, cutlass::gemm::collective::KernelScheduleAuto,
       std::conditional_t<Tile == BlackwellTile::Pingpong, typename Operand::Pingpong, typename Operand::Cooperative>>;
-  using ProblemShape = std::conditional_t<Grouped, cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>,
-                                          cute::Shape<int, int, int, int>>;
-
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm120, cutlass::arch::OpClassBlockScaledTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementD, Layout<cutlass::layout::RowMajor>,
-      kAlignmentD, ElementD, Layout<cutlass::layout::RowMajor>, kAlignmentD,
-      cutlass::epilogue::collective::EpilogueScheduleAuto, BlackwellEpilogue<Arch, TileShape, ElementD>>::CollectiveOp;
-
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm120, cutlass::arch::OpClassBlockScaledTensorOp, typename Operand::Element,
-      Layout<cutlass::layout::RowMajor>, kAlignmentAB, typename Operand::Element, Layout<cutlass::layout::ColumnMajor>,
-      kAlignmentAB, float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-          sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      MainloopSchedule>::CollectiveOp;
-
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<
-      cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue,
-                                           BlackwellTileScheduler<Tile>>>;
+  using Builder = BlackwellKernelBuilder<cutlass::arch::Sm120, typename Operand::Element, ElementD, TileShape,
+                                         ClusterShape, cutlass::epilogue::collective::EpilogueScheduleAuto,
+                                         MainloopSchedule, BlackwellEpilogue<Arch, TileShape, ElementD>, Tile, Grouped>;
+  using CollectiveMainloop = typename Builder::CollectiveMainloop;
+  using Gemm = typename Builder::Gemm;
 };
 
 template <GemmArch Arch, OperandFormat Format, OutFormat Out, BlackwellTile Tile>
