@@ -12,8 +12,8 @@ from conftest import ROOT, requires_repo_file
 
 pytestmark = pytest.mark.kernels_ci
 
-BACKENDS = {"skinny", "composition", "sm90_engine", "sm100_cutlass", "sm110_cutlass", "sm120_cutlass", "e0m3_split",
-            "staged"}  # fmt: skip
+BACKENDS = {"skinny", "sm90_swap_ab", "composition", "sm90_engine", "sm100_cutlass", "sm110_cutlass", "sm120_cutlass",
+            "e0m3_split", "staged"}  # fmt: skip
 NO_LIMIT = 2**63 - 1
 
 

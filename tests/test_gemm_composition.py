@@ -59,8 +59,9 @@ def test_hopper_dispatches_dense_gemms_to_the_composition_from_the_measured_rows
 @pytest.mark.kernels_ci
 @pytest.mark.parametrize("pair", PAIRS, ids="x".join)
 def test_hopper_keeps_dense_gemms_below_the_measured_rows_on_its_engine(fp4, pair):
-    # from 65 rows: up to 64 the skinny tier may take them (test_gemm_skinny)
-    for m in (65, 256, HOPPER_MIN_ROWS[pair] - 1):
+    # from 65 rows: up to 64 the skinny tier may take them (test_gemm_skinny); W4A16 from 257: up to 256
+    # the swapped engine may (test_w4a16)
+    for m in (257, 300, HOPPER_MIN_ROWS[pair] - 1) if pair[0] == "bf16" else (65, 256, HOPPER_MIN_ROWS[pair] - 1):
         assert dispatched(fp4, 90, *pair, m=m) == "sm90_engine", f"{m=}"
 
 

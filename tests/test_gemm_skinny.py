@@ -704,7 +704,7 @@ def test_register_stream_serves_17_to_64_rows_on_sm90_where_named(fp4, pair, m):
     [
         (("nvfp4", "nvfp4"), 32, 2048, True),  # 128 tiles x 4 token tiles
         (("nvfp4", "nvfp4"), 64, 2048, False),  # 128 x 8: 8 token tiles, the engine measured faster
-        (("bf16", "nvfp4"), 32, 4096, True),  # 256 x 4
+        (("mxfp4", "mxfp4"), 32, 4096, True),  # 256 x 4 (W4A16 there: the swapped engine, test_w4a16)
         (("mxfp4", "mxfp4"), 48, 4096, False),  # 256 x 8
         (("nvfp4", "nvfp4"), 24, 17408, False),
         (("mxfp8", "mxfp8"), 32, 1536, True),  # 96 x 4

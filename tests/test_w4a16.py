@@ -6,12 +6,14 @@ The adopted operands are checked against an independent dequantization of the Mo
 (E2M1 codes by table, e4m3 scales through torch.float8_e4m3fn, times weight_scale_2). GEMM results are
 held to the docs/FORMATS.md bound of float64 math (the bf16 activations are exact operands), on the
 CPU reference and, on the H200, at every M from 1 to 17 and 64, 256, 1024, 4096 (the M <= 16 kernels,
-the Hopper engine's bf16 A and the composition backend), with poisoned outputs and graph replay."""
+the swapped engine, the Hopper engine's bf16 A and the composition backend), with poisoned outputs and
+graph replay; the swapped engine by name at each of its activation tile widths."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from cases import dispatched
 from checks import POISON_BYTE, assert_bitwise_equal, assert_within_bound, poisoned_like
 from conftest import DEVICES, requires_arch
 from decode_cases import EXPERT_SHAPES
@@ -126,6 +128,23 @@ def test_standard_layout_gemv_is_the_nvfp4_gemm_at_one_row(fp4):
     assert_bitwise_equal(gemv, fp4.nvfp4_gemm_bf16(a, b, sfa, sfb, alpha=2.0), "gemv")
 
 
+# ---- which W4A16 problems the swapped engine takes on sm_90 (host-side: runs without a GPU) ------
+
+
+@pytest.mark.parametrize("b_format", ["nvfp4", "mxfp4"])
+def test_dispatch_gives_w4a16_of_17_to_256_rows_to_the_swapped_engine_where_it_measured_faster(fp4, b_format):
+    """From 129 rows on any weight, from 17 on weights of at most 8192 rows (docs/PERFORMANCE.md)."""
+    for m, n in [(17, 4096), (64, 8192), (128, 4096), (129, 17408), (256, 17408)]:
+        assert dispatched(fp4, 90, "bf16", b_format, m=m, n=n) == "sm90_swap_ab", f"{m=} {n=}"
+    for m, n in [(16, 4096), (64, 17408), (128, 12288), (257, 4096)]:
+        assert dispatched(fp4, 90, "bf16", b_format, m=m, n=n) != "sm90_swap_ab", f"{m=} {n=}"
+
+
+@pytest.mark.parametrize("kind", [{"bias": torch.bfloat16}, {"activation": "gelu"}, {"variant": 2}])
+def test_swapped_engine_leaves_epilogues_and_named_tiles_to_the_engine(fp4, kind):
+    assert dispatched(fp4, 90, "bf16", "nvfp4", m=64, **kind) == "sm90_engine"
+
+
 # ---- on the GPU -------------------------------------------------------------------------------
 
 
@@ -143,7 +162,7 @@ def test_marlin_gemm_every_m_is_within_the_bound_on_the_gpu(fp4, m):
 
 
 @requires_arch()
-@pytest.mark.parametrize("m", [4, 300])
+@pytest.mark.parametrize("m", [4, 100, 300])
 def test_marlin_gemm_replays_in_a_cuda_graph(fp4, m):
     packed, scale, scale_2 = modelopt_layer(384, 512, 15, "cuda")
     weight, sf, gs, workspace = fp4.adopt_nvfp4_w4a16_marlin(packed, scale, scale_2)
@@ -180,6 +199,33 @@ def test_halops_w4a16_dense_and_masked_are_within_the_bound_on_the_gpu(fp4, ref,
         rows = slice(e * m, e * m + count)
         a = x[rows].double()
         assert_within_bound(out[rows], a @ w64[e * n : (e + 1) * n].T, a, w64[e * n : (e + 1) * n], f"masked {e=}")
+
+
+# ---- the swapped engine (sm90_swap_ab) by name: every activation tile width ----------------------
+
+# Activation rows of a swapped tile: 32, 64, 128 and 256 columns, each full and with a partial tile.
+SWAP_ROWS = [17, 32, 33, 64, 65, 128, 129, 256]
+
+
+@requires_arch(90)
+@pytest.mark.parametrize("mode", ["w4a16-nvfp4", "w4a16-mxfp4"])
+@pytest.mark.parametrize("m", SWAP_ROWS)
+def test_swapped_engine_is_within_the_bound_at_every_activation_tile(fp4, ref, mode, m):
+    """The weight's 520 rows end inside a 128-row tile and K = 1056 inside a 64-wide K tile; alpha and
+    alpha_scale scale the result; odd M writes fp16, even M bf16 (the tile is stored transposed)."""
+    fmt = ref.W4A16_MODES[mode]
+    n, k, scale = 520, 1056, 0.75 * 0.5
+    x = bf16(m, k, 28, "cuda")
+    w, sfb = ref.quantize(bf16(n, k, 29, "cuda") * 0.05, fmt, swizzle=True)
+    w64 = ref.dequantize(w, sfb, fmt).double() * scale
+    dtype = torch.float16 if m % 2 else torch.bfloat16
+    out = poisoned_like(torch.empty(m, n, dtype=dtype, device="cuda"))
+    alpha = torch.tensor([0.75], dtype=torch.float32, device="cuda")
+    out_format = "fp16" if dtype == torch.float16 else "bf16"
+    call = fp4._gemm.GemmCall(x, w, None, sfb, "bf16", mode.split("-")[1], alpha=alpha, alpha_scale=0.5, out=out,
+                              out_format=out_format)  # fmt: skip
+    call.run_on("sm90_swap_ab")
+    assert_within_bound(out, x.double() @ w64.T, x.double(), w64, f"swapped {mode} {m=}")
 
 
 # ---- NaN scales, run-to-run equality, W4A16 MXFP4 at large M, the PDL twins on the GPU ----------
@@ -228,7 +274,7 @@ def test_marlin_nan_scale_propagates_to_its_columns(fp4, m, device):
 
 
 @requires_arch()
-@pytest.mark.parametrize("m", [1, 16, 300, 4096])
+@pytest.mark.parametrize("m", [1, 16, 64, 300, 4096])
 def test_marlin_gemm_is_bitwise_equal_run_to_run(fp4, m):
     """Two calls into outputs poisoned with different bytes (an element left unwritten differs)."""
     n, k = EXPERT_SHAPES[2]  # (2048, 7168)

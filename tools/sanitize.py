@@ -7,11 +7,11 @@
 
 Quantizers (every recipe and layout), the dequantizer, SwiGLU + quant, the MoE permute, the repack,
 and every GEMM backend of the build that serves each case on this GPU, run by name (`gemm_on`):
-dense M = 1 .. 1024 with each kernel of the skinny tier (cluster K splits included) and each engine
-tile and schedule, grouped (masked, contiguous), NVFP4 outputs. Loads the build the way the tests do
-(FP4_GEMM_BUILD_DIR, else build/). Prints one line per launch group; results are checked by the tests,
-not here. racecheck's options: the skinny tier's cluster hand-over and cuBLAS's own kernels are what
-it cannot judge (the options' help says why).
+dense M = 1 .. 1024 (every operand pair, W4A16 included) with each kernel of the skinny tier (cluster
+K splits included) and each engine tile and schedule, grouped (masked, contiguous), NVFP4 outputs.
+Loads the build the way the tests do (FP4_GEMM_BUILD_DIR, else build/). Prints one line per launch
+group; results are checked by the tests, not here. racecheck's options: the skinny tier's cluster
+hand-over and cuBLAS's own kernels are what it cannot judge (the options' help says why).
 """
 
 from __future__ import annotations
@@ -48,8 +48,10 @@ def load() -> ModuleType:
     return get_local_kernel(ROOT if build == ROOT / "build" else build)
 
 
-def operands(fp4: ModuleType, fmt: str, rows: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def operands(fp4: ModuleType, fmt: str, rows: int, seed: int) -> tuple[torch.Tensor, torch.Tensor | None]:
     x = torch.randn(rows, K, generator=torch.Generator().manual_seed(seed)).to("cuda", torch.bfloat16)
+    if fmt == "bf16":
+        return x, None
     if fmt == "e0m3":
         return fp4.quantize_e0m3_sfa_fp16(x.half())
     return fp4.group_wise_quant(x, MODES[fmt])
@@ -89,7 +91,9 @@ def picks_own_split(backend: str, knobs: dict, m: int) -> bool:
 
 def run_gemms(fp4: ModuleType, cc: int, ms: list[int], skip: set[str], one_cta_per_k: bool) -> None:
     gemm_call = fp4._gemm.GemmCall
-    for a_format, b_format in [("nvfp4", "nvfp4"), ("mxfp4", "mxfp4"), ("mxfp8", "mxfp8"), ("nvfp4", "e0m3")]:
+    pairs = [("nvfp4", "nvfp4"), ("mxfp4", "mxfp4"), ("mxfp8", "mxfp8"), ("nvfp4", "e0m3"), ("bf16", "nvfp4"),
+             ("bf16", "mxfp4")]  # fmt: skip
+    for a_format, b_format in pairs:
         b, sfb = operands(fp4, b_format, N, seed=1)
         for m in ms:
             a, sfa = operands(fp4, a_format, m, seed=m)

@@ -117,8 +117,13 @@ bool short_tile_pays(const GemmProblem& p) {
   return k_tiles <= kShortTileMaxKTilesPerSm * sm_count(p);
 }
 
+// A swapped problem (sm90_swap_ab: the packed weight as A, bf16 activations as B): 128 weight rows by
+// the fewest of 16, 32, 64, 128, 256 activation rows that hold them all.
+bool swapped(const GemmProblem& p) { return p.a.format != OperandFormat::Bf16 && p.b.format == OperandFormat::Bf16; }
+
 TileShape tile_shape(const GemmProblem& p) {
   if (p.grouping != Grouping::Dense) return {128, 256};  // the grouped kernels' one tile
+  if (swapped(p)) return {128, p.n <= 16 ? 16 : p.n <= 32 ? 32 : p.n <= 64 ? 64 : p.n <= 128 ? 128 : 256};
   const bool short_tile_built = p.b.format != OperandFormat::Bf16;
   if (p.variant == kVariantDefaultTile) return {128, 128};
   if (p.variant == kVariantWidenTile) return {128, 256};
@@ -297,6 +302,11 @@ void run_dense(const GemmProblem& p, const Scratch& layout, cudaStream_t stream)
   const TileShape tile = tile_shape(p);
   if constexpr (kB == OperandFormat::Bf16) {
     if (tile.width == 256) return launch<EngineConfig<kA, kB, 256, BSource::Bf16>>(p, layout, stream);
+    if constexpr (kA != OperandFormat::Bf16) {  // swapped: activation rows
+      if (tile.width == 16) return launch<EngineConfig<kA, kB, 16, BSource::Bf16>>(p, layout, stream);
+      if (tile.width == 32) return launch<EngineConfig<kA, kB, 32, BSource::Bf16>>(p, layout, stream);
+      if (tile.width == 64) return launch<EngineConfig<kA, kB, 64, BSource::Bf16>>(p, layout, stream);
+    }
     return launch<EngineConfig<kA, kB, 128, BSource::Bf16>>(p, layout, stream);
   } else {
     if (bf16_b(p)) return launch<EngineConfig<kA, kB, 256, BSource::Bf16>>(p, layout, stream);
@@ -362,6 +372,48 @@ void run(const GemmProblem& p, cudaStream_t stream) {
 }
 
 const GemmBackendRegistrar kRegistrar({"sm90_engine", GemmArch::Sm90, &supports, &run, &scratch_bytes});
+
+// ---- sm90_swap_ab: W4A16 with the roles swapped ----------------------------------------------------
+//
+// out^T = W · X^T: the weight is the engine's A, decoded straight into wgmma's register fragments,
+// and the few activation rows its bf16 B, which TMA delivers in the 128-byte swizzle; the decoded
+// weight never goes through shared memory, and a tile spends its wgmma columns on activation rows
+// (16, 32, 64, 128 or 256: tile_shape). Dense W4A16 (bf16 activations, NVFP4 or MXFP4 weights) of at
+// most 256 rows, plain scaling into a bf16 or fp16 output whose rows are a multiple of 8 elements.
+// Dispatch gives it the rows where it measured faster (dispatch.cpp, swap_ab_beats_engine).
+constexpr int64_t kSwapMaxRows = 256;
+
+GemmProblem swap_roles(const GemmProblem& p) {
+  GemmProblem q = p;
+  q.a = p.b;
+  q.b = p.a;
+  q.m = p.n;
+  q.n = p.m;
+  return q;
+}
+
+bool swap_supports(const GemmProblem& p) {
+  const GemmEpilogue& e = p.epilogue;
+  if (p.grouping != Grouping::Dense || p.groups != 1 || p.b_interleaved) return false;
+  if (p.a.format != OperandFormat::Bf16 || !four_bit_weights(p.b.format)) return false;
+  if (p.m < 1 || p.m > kSwapMaxRows || p.n < 1 || p.n > INT32_MAX || p.k < 1) return false;
+  if (e.out_format != OutFormat::Bf16 && e.out_format != OutFormat::Fp16) return false;
+  if (e.bias != nullptr || e.residual != nullptr || e.activation != Activation::None || e.alpha_count > 1) return false;
+  if (p.n % 8 != 0 || !is_aligned(e.out, 16)) return false;  // 16-byte pieces of the output rows
+  if (row_bytes(p.a.format, p.k) % 16 != 0 || row_bytes(p.b.format, p.k) % 16 != 0) return false;
+  return is_aligned(p.a.values, 16) && is_aligned(p.b.values, 16) && is_aligned(p.b.scales, 16);
+}
+
+int64_t swap_scratch_bytes(const GemmProblem& p) { return scratch_layout(swap_roles(p)).bytes; }
+
+void swap_run(const GemmProblem& p, cudaStream_t stream) {
+  const GemmProblem q = swap_roles(p);
+  if (q.a.format == OperandFormat::Nvfp4) return run_pair<OperandFormat::Nvfp4, OperandFormat::Bf16>(q, stream);
+  run_pair<OperandFormat::Mxfp4, OperandFormat::Bf16>(q, stream);
+}
+
+const GemmBackendRegistrar kSwapRegistrar({"sm90_swap_ab", GemmArch::Sm90, &swap_supports, &swap_run,
+                                           &swap_scratch_bytes});
 
 }  // namespace
 }  // namespace fp4_gemm::sm90

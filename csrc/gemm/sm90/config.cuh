@@ -47,6 +47,10 @@ struct EngineConfig {
   // wgmma from shared memory (kSharedA), a plain bf16 GEMM (the engine's ceiling).
   static constexpr bool kBf16A = kA == OperandFormat::Bf16;
   static constexpr bool kSharedA = kBf16A && !kPackedB;
+  // Swapped roles (W4A16 at few rows, the sm90_swap_ab backend): A is the packed weight, decoded into
+  // the register fragments, and B the bf16 activations, which TMA delivers; the tile computes out^T,
+  // so the epilogue writes it transposed (store_tile_transposed).
+  static constexpr bool kTransposedOut = !kBf16A && kB == OperandFormat::Bf16;
   // Elements per scale block of the scaled operands (a bf16 operand has none).
   static constexpr int kBlockSize = block_size(kBf16A ? kB : kA) > 0 ? block_size(kBf16A ? kB : kA) : 32;
   static_assert(kBf16A || kB == OperandFormat::Bf16 || !kPackedB || block_size(kA) == block_size(kB),
@@ -68,7 +72,7 @@ struct EngineConfig {
   static constexpr bool kSpreadFixup = partial_slots_per_cta(kBlockM) == 2;
   static constexpr int kOctets = kWarpgroupN / 8;
   static constexpr int kFixupChunks = 8;
-  static constexpr int kFixupOctets = kOctets / kFixupChunks;
+  static constexpr int kFixupOctets = kOctets >= kFixupChunks ? kOctets / kFixupChunks : 1;  // swapped tiles: unused
   static constexpr int kBlockK = 64;  // one 128-byte bf16 row of the swizzled B tile
   static constexpr int kConsumerThreads = 256;
   // Dense 256-wide tiles with a packed B (128 or 64 rows) have a decoder warpgroup (kDecodeWarps):
@@ -110,9 +114,12 @@ struct EngineConfig {
   // The region before the ring: the rotating decoded B tiles (packed B; with decode warps handed
   // over and back by mbarriers), which the epilogue staging reuses, or the staging alone.
   static constexpr int kBf16Tiles = kPackedB ? 3 : 0;
-  static constexpr int kRegionBytes = round_up(
-      kBf16Tiles * kBf16TileBytes > 64 * kStagingStride * 4 ? kBf16Tiles * kBf16TileBytes : 64 * kStagingStride * 4,
-      1024);
+  static constexpr int kStagingBytes = kTransposedOut ? kBlockN * (kBlockM + 8) * 2 > 64 * kStagingStride * 4
+                                                            ? kBlockN * (kBlockM + 8) * 2
+                                                            : 64 * kStagingStride * 4
+                                                      : 64 * kStagingStride * 4;
+  static constexpr int kRegionBytes =
+      round_up(kBf16Tiles * kBf16TileBytes > kStagingBytes ? kBf16Tiles * kBf16TileBytes : kStagingBytes, 1024);
   static constexpr int kMaxSmem = 227 * 1024;
   static constexpr int kBarrierBytes = 256;  // full, empty (kStages <= 8 each), decoded, drained
   // Contiguous: the block spans (grouping.cuh, spans_in_block), after the barriers.
@@ -127,10 +134,11 @@ struct EngineConfig {
 
   // Consumer threads per B row and the 16-byte bf16 chunks (of 8 per row) each converts; with decode
   // warps the consumers convert none, and a decode thread two whole rows, d and d + 128.
-  static constexpr int kThreadsPerRowB = kConsumerThreads / kBlockN;
+  static constexpr int kThreadsPerRowB = kConsumerThreads / (kBlockN < 128 ? 128 : kBlockN);  // < 128: bf16 B, unused
   static constexpr int kChunksPerThread = 8 / kThreadsPerRowB;
   static_assert(!kDecodeWarps || 2 * kDecoderThreads == kBlockN, "two B rows a decode thread");
-  static_assert(kBlockN == 128 || kBlockN == 256, "tile widths 128 and 256");
+  static_assert(kBlockN == 128 || kBlockN == 256 || (kTransposedOut && (kBlockN == 16 || kBlockN == 32 || kBlockN == 64)),
+                "tile widths 128 and 256 (16, 32, 64: activation rows of a swapped tile)");
 
   // A decoded operand value is its true value times 2^-kValueExponent (see "operand decoding"):
   // NVFP4 decoded in the packed-B K order is 2^-7 of it, everything else is the value itself.

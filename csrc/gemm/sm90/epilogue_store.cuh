@@ -70,6 +70,46 @@ __device__ __forceinline__ void store_tile_16bit(const SharedStorage<Config>& sm
   ptx::named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);
 }
 
+// Swapped roles (EngineConfig::kTransposedOut): the tile is out^T, rows = weight rows (out's
+// columns), columns = activation rows (out's rows). Plain scaling into a 16-bit output whose rows
+// (p.m elements: the weight's rows) are a multiple of eight: the tile lands transposed in the
+// staging, then each thread copies 16-byte pieces of an output row (8 weight rows) out.
+template <class Config, class T>
+__device__ __forceinline__ void store_tile_transposed(const SharedStorage<Config>& smem, const EngineParams& p,
+                                                      const float (&acc)[Config::kAccumulators], const WorkTile& t,
+                                                      int consumer, float alpha) {
+  static_assert(Config::kBlockM == 128, "a swapped tile has 128 weight rows");
+  constexpr int kStride = Config::kBlockM + 8;  // T elements per staged output row
+  static_assert(Config::kBlockN * kStride * 2 <= Config::kRegionBytes, "the staging holds the tile");
+  constexpr int kOctetsPerRow = Config::kBlockM / 8;
+  constexpr int kRowsPerPass = Config::kConsumerThreads / kOctetsPerRow;
+  auto* staging = reinterpret_cast<T*>(smem.staging());
+  const int warpgroup = consumer / 128, lane = consumer % 32;
+  const int row0 = 64 * warpgroup + ((consumer % 128) / 32) * 16 + lane / 4;  // weight row in the tile
+  const int col0 = 2 * (lane % 4);                                            // activation row in the tile
+  ptx::named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);
+#pragma unroll
+  for (int i = 0; i < Config::kAccumulators; i += 2) {
+    const int row = row0 + 8 * ((i % 4) / 2), col = col0 + 8 * (i / 4);
+    const uint32_t two = pack_pair<T>(acc[i] * alpha, acc[i + 1] * alpha);
+    reinterpret_cast<uint16_t*>(staging)[col * kStride + row] = uint16_t(two & 0xFFFFu);
+    reinterpret_cast<uint16_t*>(staging)[(col + 1) * kStride + row] = uint16_t(two >> 16);
+  }
+  ptx::named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);
+  const int piece = 8 * (consumer % kOctetsPerRow);  // 8 weight rows: 16 bytes of an output row
+  const int64_t column = t.m0 + piece;             // out's column
+  const int64_t out_rows = p.n - t.n0 < Config::kBlockN ? p.n - t.n0 : Config::kBlockN;
+  if (column < p.m) {
+    T* out = static_cast<T*>(p.epilogue.out) + column;
+#pragma unroll 4
+    for (int r = consumer / kOctetsPerRow; r < out_rows; r += kRowsPerPass) {
+      const uint4 v = *reinterpret_cast<const uint4*>(staging + r * kStride + piece);
+      store_b32x4(out + (t.n0 + r) * p.m, v.x, v.y, v.z, v.w);
+    }
+  }
+  ptx::named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);
+}
+
 template <class Config>
 __device__ __forceinline__ void store_tile(const SharedStorage<Config>& smem, const EngineParams& p,
                                            const float (&acc)[Config::kAccumulators], const WorkTile& t,
@@ -79,6 +119,10 @@ __device__ __forceinline__ void store_tile(const SharedStorage<Config>& smem, co
   const GemmEpilogue& e = p.epilogue;
   const GroupRows& groups = p.schedule.groups;
   const float alpha = epilogue_alpha(e, t.group);
+  if constexpr (Config::kTransposedOut) {  // sm90_swap_ab serves plain 16-bit outputs only
+    if (e.out_format == OutFormat::Fp16) return store_tile_transposed<Config, __half>(smem, p, acc, t, consumer, alpha);
+    return store_tile_transposed<Config, __nv_bfloat16>(smem, p, acc, t, consumer, alpha);
+  }
   const int64_t m_end = t.m_end < p.m ? t.m_end : p.m;
   // Plain scaling (the common case) skips the per-element bias, residual and activation tests.
   const bool plain = e.bias == nullptr && e.residual == nullptr && e.activation == Activation::None;
