@@ -7,7 +7,7 @@
 #include <type_traits>
 #include <utility>
 
-#include <cute/arch/mma_sm90_gmma.hpp>
+#include <cute/arch/mma_sm90.hpp>
 
 #include "csrc/common/ptx.cuh"
 
@@ -54,32 +54,13 @@ __device__ __forceinline__ uint64_t sw128_descriptor(const void* tile) {
   return start | (kLeadingOffset << 16) | (kStrideOffset << 32) | (kSwizzle128B << 62);
 }
 
-template <int kBlockN>
-struct Wgmma;
-template <>
-struct Wgmma<16> {
-  using Op = cute::SM90::GMMA::MMA_64x16x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
-  using OpShared = cute::SM90::GMMA::MMA_64x16x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
-};
-template <>
-struct Wgmma<32> {
-  using Op = cute::SM90::GMMA::MMA_64x32x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
-  using OpShared = cute::SM90::GMMA::MMA_64x32x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
-};
-template <>
-struct Wgmma<64> {
-  using Op = cute::SM90::GMMA::MMA_64x64x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
-  using OpShared = cute::SM90::GMMA::MMA_64x64x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
-};
-template <>
-struct Wgmma<128> {
-  using Op = cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
-  using OpShared = cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
-};
-template <>
-struct Wgmma<256> {
-  using Op = cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
-  using OpShared = cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
+// The m64 x kN x k16 bf16 wgmma with float32 accumulators and K-major operands, A from registers
+// (Op) or from shared memory (OpShared), as CUTLASS's GMMA selectors name it.
+template <int kN>
+struct Wgmma {
+  using Shape = cute::Shape<cute::_64, cute::Int<kN>, cute::_16>;
+  using Op = decltype(cute::SM90::GMMA::rs_op_selector<cute::bfloat16_t, cute::bfloat16_t, float, Shape>());
+  using OpShared = decltype(cute::SM90::GMMA::ss_op_selector<cute::bfloat16_t, cute::bfloat16_t, float, Shape>());
 };
 
 // An m64 x kN x k16 wgmma into accumulators kFirst .. kFirst + kN / 2 - 1 (the fragment layout of
