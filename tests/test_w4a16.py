@@ -203,8 +203,9 @@ def test_halops_w4a16_dense_and_masked_are_within_the_bound_on_the_gpu(fp4, ref,
 
 # ---- the swapped engine (sm90_swap_ab) by name: every activation tile width ----------------------
 
-# Activation rows of a swapped tile: 32, 64, 128 and 256 columns, each full and with a partial tile.
-SWAP_ROWS = [17, 32, 33, 64, 65, 128, 129, 256]
+# Activation rows of a swapped tile: 32, 64, 128 and 256 columns, each full and with a partial tile, and
+# several 256-wide tiles (by name it serves up to 1024 rows).
+SWAP_ROWS = [17, 32, 33, 64, 65, 128, 129, 256, 300, 1000]
 
 
 @requires_arch(90)

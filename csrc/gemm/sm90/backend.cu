@@ -378,10 +378,11 @@ const GemmBackendRegistrar kRegistrar({"sm90_engine", GemmArch::Sm90, &supports,
 // out^T = W · X^T: the weight is the engine's A, decoded straight into wgmma's register fragments,
 // and the few activation rows its bf16 B, which TMA delivers in the 128-byte swizzle; the decoded
 // weight never goes through shared memory, and a tile spends its wgmma columns on activation rows
-// (16, 32, 64, 128 or 256: tile_shape). Dense W4A16 (bf16 activations, NVFP4 or MXFP4 weights) of at
-// most 256 rows, plain scaling into a bf16 or fp16 output whose rows are a multiple of 8 elements.
+// (16, 32, 64, 128 or 256: tile_shape; more rows take several 256-wide tiles). Dense W4A16 (bf16
+// activations, NVFP4 or MXFP4 weights) of at most 1024 rows (the composition's W4A16 floor), plain
+// scaling into a bf16 or fp16 output whose rows are a multiple of 8 elements.
 // Dispatch gives it the rows where it measured faster (dispatch.cpp, swap_ab_beats_engine).
-constexpr int64_t kSwapMaxRows = 256;
+constexpr int64_t kSwapMaxRows = 1024;
 
 GemmProblem swap_roles(const GemmProblem& p) {
   GemmProblem q = p;
