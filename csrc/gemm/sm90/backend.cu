@@ -265,8 +265,6 @@ void launch(const GemmProblem& p, const Scratch& layout, cudaStream_t stream) {
   params.k = p.k;
   params.sfa = p.a.scales;
   params.sfb = p.b.scales;
-  params.a_values = static_cast<const uint8_t*>(p.a.values);
-  params.b_values = static_cast<const uint8_t*>(p.b.values);
   params.nkb = p.k / Config::kBlockSize;
   params.sf_k_atoms = sf_k_tiles(params.nkb);
   params.sf_row_tiles_a = ceil_div(p.m, kSfTileRows);

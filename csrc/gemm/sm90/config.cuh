@@ -127,9 +127,6 @@ struct EngineConfig {
   static constexpr int kFixedBytes = kRegionBytes + kBarrierBytes + kSpanBytes + 1024;
   static constexpr int kRingFit = (kMaxSmem - kFixedBytes) / kStageBytes;
   static constexpr int kStages = kRingFit > 8 ? 8 : kRingFit;
-  // The streamed packed operands' rows are prefetched into L2 a whole 128-byte line at a time, this
-  // many K tiles ahead of TMA's 32- or 64-byte row pieces.
-  static constexpr int kPrefetchAheadTiles = 2 * kStages;
   static_assert(kStages >= 2, "the ring needs two stages");
   static_assert((2 * kStages + 2 * kBf16Tiles) * 8 <= kBarrierBytes, "the barriers");
   // + 1024: the dynamic shared memory base is only 16-byte aligned; the tiles need 1024.
@@ -182,8 +179,6 @@ struct EngineParams {
   int64_t m, n, k;  // m: rows of A, all groups; n: rows of each weight matrix
   const uint8_t* sfa;
   const uint8_t* sfb;
-  const uint8_t* a_values;  // the packed operands themselves, for the L2 prefetch of the weight rows
-  const uint8_t* b_values;
   int64_t sf_k_atoms;      // SfAtom columns per 128-row tile: ceil(nkb / 4)
   int64_t nkb;             // scale blocks per row
   int64_t sf_row_tiles_a;  // 128-row tiles of A's scale buffer

@@ -112,19 +112,6 @@ __device__ __forceinline__ ScaleRows b_scale_rows(const WorkTile& t, const Engin
   return scale_rows<Config::kBlockN, Config::kScaleTilesB>(t.group * p.n + t.n0, p.sf_row_tiles_b);
 }
 
-// The 128-byte lines of `rows` rows of a packed operand (from `first`, `pitch` bytes apart) that hold
-// K tiles [kt_begin, kt_end), prefetched into L2: one DRAM request per line instead of one per TMA
-// row piece.
-template <int kRowBytes>
-__device__ __forceinline__ void prefetch_rows(const uint8_t* first, int64_t pitch, int rows, int64_t kt_begin,
-                                              int64_t kt_end) {
-  constexpr int kLine = 128;
-  for (int64_t byte = kt_begin * kRowBytes / kLine * kLine; byte < kt_end * kRowBytes; byte += kLine) {
-    const uint8_t* line = first + byte;
-    for (int r = 0; r < rows; ++r, line += pitch) ptx::prefetch_l2(line);
-  }
-}
-
 template <class Config>
 __device__ __forceinline__ void produce(const SharedStorage<Config>& smem, const CUtensorMap* map_a,
                                         const CUtensorMap* map_b, const EngineParams& p) {
@@ -139,25 +126,7 @@ __device__ __forceinline__ void produce(const SharedStorage<Config>& smem, const
     const int a_atoms = Config::kBf16A ? 0 : sa.tiles;
     const uint32_t bytes = Config::kPackedB ? Config::kTileBytesA + Config::kTileBytesB + (a_atoms + sb.tiles) * kSfTileBytes
                                             : Config::kBf16TileBytes + Config::kTileBytesA + a_atoms * kSfTileBytes;
-    // The weight: a swapped problem's A, else a packed B.
-    constexpr bool kPrefetch = Config::kTransposedOut || Config::kPackedB;
-    constexpr OperandFormat kWeight = Config::kTransposedOut ? Config::kFormatA : Config::kFormatB;
-    constexpr int kWeightRowBytes = Config::kTransposedOut ? Config::kRowBytesA : Config::kRowBytesB;
-    constexpr int kTilesPerLine = 128 / kWeightRowBytes;
-    const int64_t pitch = p.k * element_bits(kWeight) / 8;
-    const uint8_t* weight = Config::kTransposedOut ? p.a_values + t.m0 * pitch : p.b_values + b_row * pitch;
-    const int64_t rows_left = Config::kTransposedOut ? p.m - t.m0 : p.n - t.n0;
-    const int64_t tile_rows = Config::kTransposedOut ? Config::kBlockM : Config::kBlockN;
-    const int weight_rows = int(rows_left < tile_rows ? rows_left : tile_rows);
-    const auto prefetch = [&](int64_t from, int64_t to) {
-      to = to < t.k_end ? to : t.k_end;
-      if (kPrefetch && from < to) prefetch_rows<kWeightRowBytes>(weight, pitch, weight_rows, from, to);
-    };
-    prefetch(t.k_begin, t.k_begin + Config::kPrefetchAheadTiles);
     for (int64_t kt = t.k_begin; kt < t.k_end; ++kt, ring = ring.next()) {
-      // each line once: the line that starts kPrefetchAheadTiles ahead
-      const int64_t ahead = kt + Config::kPrefetchAheadTiles;
-      if (kPrefetch && ahead % kTilesPerLine == 0) prefetch(ahead, ahead + kTilesPerLine);
       const int s = ring.stage;
       ptx::mbar_wait(&smem.empty[s], ring.phase ^ 1);
       ptx::mbar_arrive_expect_tx(&smem.full[s], bytes);
