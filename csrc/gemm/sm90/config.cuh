@@ -114,10 +114,11 @@ struct EngineConfig {
   // The region before the ring: the rotating decoded B tiles (packed B; with decode warps handed
   // over and back by mbarriers), which the epilogue staging reuses, or the staging alone.
   static constexpr int kBf16Tiles = kPackedB ? 3 : 0;
-  static constexpr int kStagingBytes = kTransposedOut ? kBlockN * (kBlockM + 8) * 2 > 64 * kStagingStride * 4
-                                                            ? kBlockN * (kBlockM + 8) * 2
-                                                            : 64 * kStagingStride * 4
-                                                      : 64 * kStagingStride * 4;
+  // A swapped tile is staged transposed, in 16-bit values: kBlockN rows of kTransposedStride.
+  static constexpr int kTransposedStride = kBlockM + 8;
+  static constexpr int kTransposedStagingBytes = kTransposedOut ? kBlockN * kTransposedStride * 2 : 0;
+  static constexpr int kStagingBytes =
+      kTransposedStagingBytes > 64 * kStagingStride * 4 ? kTransposedStagingBytes : 64 * kStagingStride * 4;
   static constexpr int kRegionBytes =
       round_up(kBf16Tiles * kBf16TileBytes > kStagingBytes ? kBf16Tiles * kBf16TileBytes : kStagingBytes, 1024);
   static constexpr int kMaxSmem = 227 * 1024;

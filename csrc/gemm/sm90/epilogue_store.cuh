@@ -79,8 +79,8 @@ __device__ __forceinline__ void store_tile_transposed(const SharedStorage<Config
                                                       const float (&acc)[Config::kAccumulators], const WorkTile& t,
                                                       int consumer, float alpha) {
   static_assert(Config::kBlockM == 128, "a swapped tile has 128 weight rows");
-  constexpr int kStride = Config::kBlockM + 8;  // T elements per staged output row
-  static_assert(Config::kBlockN * kStride * 2 <= Config::kRegionBytes, "the staging holds the tile");
+  constexpr int kStride = Config::kTransposedStride;  // T elements per staged output row
+  static_assert(Config::kTransposedStagingBytes <= Config::kRegionBytes, "the staging holds the tile");
   constexpr int kOctetsPerRow = Config::kBlockM / 8;
   constexpr int kRowsPerPass = Config::kConsumerThreads / kOctetsPerRow;
   auto* staging = reinterpret_cast<T*>(smem.staging());
