@@ -429,8 +429,7 @@ struct SkinnyKernel {
             compute_slab<false>(args, stage, act, slab_lane, row_group, lane, first_block, valid_chunks, acc);
           }
         }
-        __syncwarp();
-        if (lane == 0) ptx::mbar_arrive(&empty[slot]);
+        ptx::mbar_arrive(&empty[slot]);  // every lane: its own reads of the stage
       }
 
       ptx::named_barrier_sync(kConsumerBarrier, threads);  // every warp is done with the activation buffers
@@ -468,7 +467,7 @@ struct SkinnyKernel {
     if (threadIdx.x == 0) {
       for (int s = 0; s < args.stages; ++s) {
         ptx::mbar_init(&full[s], 1);
-        ptx::mbar_init(&empty[s], uint32_t(consumers));
+        ptx::mbar_init(&empty[s], uint32_t(consumers) * 32);
       }
       ptx::mbar_init(&ready, uint32_t(args.splits));
       ptx::mbar_init(&consumed, uint32_t(args.splits));

@@ -249,4 +249,8 @@ __device__ __forceinline__ void warp_arrive(Barrier barrier, int lane) {
   if (lane == 0) ptx::mbar_arrive(barrier);
 }
 
+// A ring stage's `empty` barrier counts every lane of its readers (32 a warp): each lane's own
+// release covers its own reads of the stage, with no warp barrier in between.
+constexpr int kStageArrivalsPerWarp = 32;
+
 }  // namespace fp4_gemm::sm90

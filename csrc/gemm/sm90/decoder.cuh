@@ -201,7 +201,7 @@ __device__ __forceinline__ void decode(const SharedStorage<Config>& smem, const 
       }
       // free_decoded_stage's fence and arrive on empty[s], then the bf16 tile's hand-over
       ptx::fence_async_shared();
-      warp_arrive(ring.full + kEmpty, lane);
+      ptx::mbar_arrive(ring.full + kEmpty);
       if (lane == 0) ptx::mbar_arrive(decoded);
     }
     ptx::named_barrier_sync(kStagingFreeBarrier, Config::kConsumerThreads + Config::kDecoderThreads);

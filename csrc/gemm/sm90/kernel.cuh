@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     ptx::prefetch_tensor_map(&map_b);
     for (int s = 0; s < Config::kStages; ++s) {
       ptx::mbar_init(&smem.full[s], 1);
-      ptx::mbar_init(&smem.empty[s], Config::kStageReaders);
+      ptx::mbar_init(&smem.empty[s], Config::kStageReaders * kStageArrivalsPerWarp);
     }
     for (int b = 0; Config::kDecodeWarps && b < Config::kBf16Tiles; ++b) {
       ptx::mbar_init(&smem.decoded[b], Config::kDecoderThreads / 32);

@@ -161,9 +161,9 @@ __device__ __forceinline__ void free_staging() {
 // at the arrive, their registers used after it) before the producer's next TMA write into the
 // stage, which the arrive's release alone does not.
 template <class Config>
-__device__ __forceinline__ void free_decoded_stage(const SharedStorage<Config>& smem, int stage, int lane) {
+__device__ __forceinline__ void free_decoded_stage(const SharedStorage<Config>& smem, int stage) {
   ptx::fence_async_shared();
-  warp_arrive(&smem.empty[stage], lane);
+  ptx::mbar_arrive(&smem.empty[stage]);
 }
 
 template <class Config>
@@ -196,13 +196,13 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
     if constexpr (Config::kPackedB) {
       if constexpr (Config::kDecodeWarps) {  // B is the decoders'; its tile comes by mbarrier
         load_a_fragments<Config>(smem.a(s), smem.sfa(s), sf_a, warp_row, lane, codes, f);
-        free_decoded_stage(smem, s, lane);
+        free_decoded_stage<Config>(smem, s);
       } else {
         pin_registers(b_offsets);  // kept, not recomputed per K tile
         convert_b_row<Config, Config::kThreadsPerRowB>(smem.b(s), smem.sfb(s), sf_b, smem.bf16_tile(r.bf16_tile),
                                                         b_row, b_sub, BlockSelect<Config>::of(codes), b_offsets);
         load_a_fragments<Config>(smem.a(s), smem.sfa(s), sf_a, warp_row, lane, codes, f);
-        free_decoded_stage(smem, s, lane);
+        free_decoded_stage<Config>(smem, s);
         ptx::named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);  // the whole bf16 tile is written
       }
     } else {
@@ -213,7 +213,7 @@ __device__ __forceinline__ void consume(const SharedStorage<Config>& smem, const
     return (Config::kPackedB ? smem.bf16_tile(r.bf16_tile) : smem.b(r.stage)) + b_columns;
   };
   // Frees a stage once this warp's wgmmas reading it retired (stages read by wgmma).
-  const auto release = [&](int stage) { warp_arrive(&smem.empty[stage], lane); };
+  const auto release = [&](int stage) { ptx::mbar_arrive(&smem.empty[stage]); };
 
   EngineScheduler<Config> scheduler(p.schedule, smem.block_spans(p));
   RingPosition<Config> ring;  // of the next K tile to wait for
