@@ -127,10 +127,7 @@ struct EngineConfig {
   static constexpr int kSpanBytes = kGrouping == Grouping::Contiguous ? int(span_table_bytes(kBlockSpanLimit)) : 0;
   static constexpr int kFixedBytes = kRegionBytes + kBarrierBytes + kSpanBytes + 1024;
   static constexpr int kRingFit = (kMaxSmem - kFixedBytes) / kStageBytes;
-  // A swapped tile's stages are small (its K tile's weight rows and a few activation rows): up to 16
-  // of them keep more of the weight in flight.
-  static constexpr int kMaxStages = kTransposedOut ? 16 : 8;
-  static constexpr int kStages = kRingFit > kMaxStages ? kMaxStages : kRingFit;
+  static constexpr int kStages = kRingFit > 8 ? 8 : kRingFit;
   static_assert(kStages >= 2, "the ring needs two stages");
   static_assert((2 * kStages + 2 * kBf16Tiles) * 8 <= kBarrierBytes, "the barriers");
   // + 1024: the dynamic shared memory base is only 16-byte aligned; the tiles need 1024.
