@@ -59,6 +59,13 @@ __device__ __forceinline__ uint32_t nibble_pair(uint32_t codes, int k) {
 __device__ __forceinline__ uint32_t nibble_pair_stride4(uint32_t codes, int j) {
   return (codes >> (4 * j)) & 0x000F000Fu;
 }
+// The two nibbles of byte b (elements 2b and 2b + 1), as nibble_pair gives them, for a byte chosen at
+// run time: one byte permute of the codes and of their copy shifted a nibble down, one mask.
+// `selector` is byte_nibbles_selector(b), made once.
+__host__ __device__ constexpr uint32_t byte_nibbles_selector(uint32_t b) { return b | ((b + 4) << 8); }
+__device__ __forceinline__ uint32_t byte_nibbles(uint32_t codes, uint32_t selector) {
+  return __byte_perm(codes, codes >> 4, selector) & 0x000F000Fu;
+}
 
 // One pair of E2M1 codes (as nibble_pair* gives them) -> values. s.ee.m becomes the 16-bit pattern
 // s | ee (bottom of the exponent) | m (top mantissa bit); times 2^(bias - 1) that is the E2M1
@@ -95,6 +102,17 @@ template <class T>
 __device__ __forceinline__ typename Pair<T>::Type e2m1_stride4_patterns(uint32_t codes, int j) {
   static_assert(std::is_same_v<T, __nv_bfloat16>, "the multiply placement is exact for bf16 only");
   return pair_from_bits<T>(stride4_patterns<Pair<T>::kExponentShift - 1>(codes, j));
+}
+
+// The same patterns of a pair as nibble_pair and byte_nibbles give it (nibbles at bits 0-3 and
+// 16-19, nothing else set), by the same multiply placement: copies of n at 2^12 and 2^6 do not
+// overlap, one mask keeps the sign bits of the one and the magnitudes of the other.
+template <class T>
+__device__ __forceinline__ typename Pair<T>::Type e2m1_pair_patterns(uint32_t n) {
+  static_assert(std::is_same_v<T, __nv_bfloat16>, "the multiply placement is exact for bf16 only");
+  constexpr int kMagnitude = Pair<T>::kExponentShift - 1;
+  constexpr uint32_t kKeep = 0x80008000u | (0x00070007u << kMagnitude);
+  return pair_from_bits<T>((n * ((1u << 12) + (1u << kMagnitude))) & kKeep);
 }
 
 template <class T>

@@ -142,9 +142,10 @@ struct EngineConfig {
                 "tile widths 128 and 256 (16, 32, 64: activation rows of a swapped tile)");
 
   // A decoded operand value is its true value times 2^-kValueExponent (see "operand decoding"):
-  // NVFP4 decoded in the packed-B K order is 2^-7 of it, everything else is the value itself.
-  // The epilogue multiplies the accumulators by 2^(kValueExponentA + kValueExponentB), exactly.
-  static constexpr int kValueExponentA = kA == OperandFormat::Nvfp4 && kPackedB ? 7 : 0;
+  // NVFP4 decoded as bit patterns (A always, B in the packed-B K order) is 2^-7 of it, everything
+  // else is the value itself. The epilogue multiplies the accumulators by
+  // 2^(kValueExponentA + kValueExponentB), exactly.
+  static constexpr int kValueExponentA = kA == OperandFormat::Nvfp4 ? 7 : 0;
   static constexpr int kValueExponentB = kB == OperandFormat::Nvfp4 && kPackedB ? 7 : 0;
   // The register-fragment K loop unrolled twice (two fragment buffers alternating, no moves), where
   // that is faster: not for MXFP8, whose larger loop body is slower unrolled, nor for E0M3 weights

@@ -131,10 +131,13 @@ template <class Config>
 __device__ __forceinline__ void load_a_row_natural(const uint8_t* tile, const uint8_t* scales, int row, int sf_row0,
                                                    int q, const TileCodes& codes, uint32_t (&pairs)[8]) {
   constexpr OperandFormat kFormat = Config::kFormatA;
+  constexpr int kExponent = Config::kValueExponentA;
   constexpr int kGroup = block_size(kFormat);
   const uint32_t row_codes = codes(scale_word(scales, sf_row0 + row));
   // Blocks 0, 1 and (16-element blocks) 2, 3 of the tile.
-  const Bf16x2 factors[2] = {block_factors<kFormat, 0>(row_codes), block_factors<kFormat, 0>(row_codes >> 16)};
+  const Bf16x2 factors[2] = {block_factors<kFormat, kExponent>(row_codes),
+                             block_factors<kFormat, kExponent>(row_codes >> 16)};
+  const uint32_t byte_q = byte_nibbles_selector(uint32_t(q));
   constexpr int kWords = Config::kRowBytesA / 4;
   uint32_t words[kWords];
 #pragma unroll
@@ -153,8 +156,14 @@ __device__ __forceinline__ void load_a_row_natural(const uint8_t* tile, const ui
       dequant_e4m3x4<__nv_bfloat16>(word >> (16 * (q % 2)), two);
       value = two[0];
     } else {
-      const uint32_t n = nibble_pair(words[pair], 2 * q);  // byte q of word pair: nibbles 2q, 2q + 1
-      value = kFormat == OperandFormat::E0m3 ? decode_e0m3_pair<__nv_bfloat16>(n) : decode_e2m1_pair<__nv_bfloat16>(n);
+      const uint32_t n = byte_nibbles(words[pair], byte_q);  // byte q of word pair: nibbles 2q, 2q + 1
+      if constexpr (kFormat == OperandFormat::E0m3) {
+        value = decode_e0m3_pair<__nv_bfloat16>(n);
+      } else if constexpr (kExponent > 0) {  // NVFP4: the patterns, the factor carries the unbias
+        value = e2m1_pair_patterns<__nv_bfloat16>(n);
+      } else {
+        value = __hmul2(e2m1_pair_patterns<__nv_bfloat16>(n), pair_from_bits<__nv_bfloat16>(Pair<__nv_bfloat16>::kE2M1Unbias));
+      }
     }
     pairs[pair] = pair_bits(__hmul2(value, scale));
   }

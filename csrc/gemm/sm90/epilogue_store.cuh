@@ -83,6 +83,7 @@ __device__ __forceinline__ void store_tile_transposed(const SharedStorage<Config
   static_assert(Config::kTransposedStagingBytes <= Config::kRegionBytes, "the staging holds the tile");
   constexpr int kOctetsPerRow = Config::kBlockM / 8;
   constexpr int kRowsPerPass = Config::kConsumerThreads / kOctetsPerRow;
+  constexpr int kValueExponent = Config::kValueExponentA + Config::kValueExponentB;
   auto* staging = reinterpret_cast<T*>(smem.staging());
   const int warpgroup = consumer / 128, lane = consumer % 32;
   const int row0 = 64 * warpgroup + ((consumer % 128) / 32) * 16 + lane / 4;  // weight row in the tile
@@ -91,7 +92,12 @@ __device__ __forceinline__ void store_tile_transposed(const SharedStorage<Config
 #pragma unroll
   for (int i = 0; i < Config::kAccumulators; i += 2) {
     const int row = row0 + 8 * ((i % 4) / 2), col = col0 + 8 * (i / 4);
-    const uint32_t two = pack_pair<T>(acc[i] * alpha, acc[i + 1] * alpha);
+    float x = acc[i], y = acc[i + 1];
+    if constexpr (kValueExponent > 0) {  // the decoded operands' power of two, back (exact)
+      x *= exp2i(kValueExponent);
+      y *= exp2i(kValueExponent);
+    }
+    const uint32_t two = pack_pair<T>(x * alpha, y * alpha);
     reinterpret_cast<uint16_t*>(staging)[col * kStride + row] = uint16_t(two & 0xFFFFu);
     reinterpret_cast<uint16_t*>(staging)[(col + 1) * kStride + row] = uint16_t(two >> 16);
   }
