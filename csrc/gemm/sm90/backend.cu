@@ -166,9 +166,7 @@ WorkSplit work_split(const GemmProblem& p, const TileShape& tile) {
   const int64_t tiles = ceil_div(p.m, tile.rows) * ceil_div(p.n, tile.width);
   const int64_t k_tiles = ceil_div(p.k, 64);
   const int64_t units = tiles * k_tiles;
-  // CTA slots; a grid limited to sm_count CTAs keeps to that many (two an SM would spread over twice
-  // as many SMs).
-  const int64_t sms = p.sm_count > 0 ? p.sm_count : device_sm_count() * ctas_per_sm(swapped(p), int(tile.width));
+  const int64_t sms = sm_count(p);
   const bool part_filled = tiles * 100 < ceil_div(tiles, sms) * sms * kWholeTileFillPercent;
   const bool uneven = part_filled && tiles < 8 * sms && k_tiles >= kStreamKMinKTiles;
   if (p.schedule != Schedule::StreamK && !uneven) return {tiles, false};

@@ -32,11 +32,6 @@ constexpr int round_up(int x, int multiple) { return (x + multiple - 1) / multip
 // a spread fix-up (spread_fixup), besides its first piece's as a contributor.
 constexpr int partial_slots_per_cta(int block_m) { return block_m == 64 ? 2 : 1; }
 
-// CTAs of a tile's kernel one SM holds: two of the swapped tiles of at most 64 activation columns,
-// whose consumers hold few accumulators, so that a second CTA's consumers issue while the first's
-// wait on their decode (docs/PERFORMANCE.md, ctas_per_sm); one of every other tile.
-constexpr int ctas_per_sm(bool transposed_out, int block_n) { return transposed_out && block_n <= 64 ? 2 : 1; }
-
 template <OperandFormat kA, OperandFormat kB, int kBlockN_, BSource kBSource_ = BSource::Packed,
           Grouping kGrouping_ = Grouping::Dense, int kBlockM_ = 128>
 struct EngineConfig {
@@ -56,7 +51,6 @@ struct EngineConfig {
   // the register fragments, and B the bf16 activations, which TMA delivers; the tile computes out^T,
   // so the epilogue writes it transposed (store_tile_transposed).
   static constexpr bool kTransposedOut = !kBf16A && kB == OperandFormat::Bf16;
-  static constexpr int kCtasPerSm = ctas_per_sm(kTransposedOut, kBlockN_);
   // Elements per scale block of the scaled operands (a bf16 operand has none).
   static constexpr int kBlockSize = block_size(kBf16A ? kB : kA) > 0 ? block_size(kBf16A ? kB : kA) : 32;
   static_assert(kBf16A || kB == OperandFormat::Bf16 || !kPackedB || block_size(kA) == block_size(kB),
@@ -127,8 +121,7 @@ struct EngineConfig {
       kTransposedStagingBytes > 64 * kStagingStride * 4 ? kTransposedStagingBytes : 64 * kStagingStride * 4;
   static constexpr int kRegionBytes =
       round_up(kBf16Tiles * kBf16TileBytes > kStagingBytes ? kBf16Tiles * kBf16TileBytes : kStagingBytes, 1024);
-  // One CTA may opt into 227 KB; two share an SM's 228 KB, less each one's reserved and static 1 KB.
-  static constexpr int kMaxSmem = kCtasPerSm == 1 ? 227 * 1024 : 228 * 1024 / kCtasPerSm - 2048;
+  static constexpr int kMaxSmem = 227 * 1024;
   static constexpr int kBarrierBytes = 256;  // full, empty (kStages <= 8 each), decoded, drained
   // Contiguous: the block spans (grouping.cuh, spans_in_block), after the barriers.
   static constexpr int kSpanBytes = kGrouping == Grouping::Contiguous ? int(span_table_bytes(kBlockSpanLimit)) : 0;
@@ -166,17 +159,12 @@ struct EngineConfig {
   // its K loop); dense consumers keep 232 (fewer slowed the K loop: docs/PERFORMANCE.md).
   // With decode warps the 512 threads' 128 registers at launch go 24 (producer), 64 (decoders) and
   // 208 (consumers).
-  // Two CTAs an SM (kCtasPerSm) halve that: 24 for the producer, 104 for the consumers.
-  static constexpr int kProducerRegisters =
-      kDecodeWarps || kCtasPerSm == 2 ? 24 : kGrouping == Grouping::Dense ? 40 : 56;
+  static constexpr int kProducerRegisters = kDecodeWarps ? 24 : kGrouping == Grouping::Dense ? 40 : 56;
   static constexpr int kDecoderRegisters = 64;
-  static constexpr int kConsumerRegisters = kCtasPerSm == 2 ? 104
-                                            : kDecodeWarps   ? 208
-                                            : kGrouping == Grouping::Dense ? 232
-                                                                           : 224;
-  // setmaxnreg moves registers inside the CTA's launch allocation (65536 / kCtasPerSm / kThreads, in
-  // steps of 8, per thread): a larger sum leaves the consumers' increase waiting forever.
-  static constexpr int kLaunchRegisters = 65536 / kCtasPerSm / kThreads / 8 * 8;
+  static constexpr int kConsumerRegisters = kDecodeWarps ? 208 : kGrouping == Grouping::Dense ? 232 : 224;
+  // setmaxnreg moves registers inside the CTA's launch allocation (65536 / kThreads, in steps of 8,
+  // per thread): a larger sum leaves the consumers' increase waiting forever.
+  static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
   static_assert(128 * kProducerRegisters + kDecoderThreads * kDecoderRegisters + 256 * kConsumerRegisters <=
                     kThreads * kLaunchRegisters,
                 "the CTA's registers");

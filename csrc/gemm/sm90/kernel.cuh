@@ -47,7 +47,7 @@
 namespace fp4_gemm::sm90 {
 
 template <class Config>
-__global__ void __launch_bounds__(Config::kThreads, Config::kCtasPerSm)
+__global__ void __launch_bounds__(Config::kThreads, 1)
     engine_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                   const EngineParams p) {
   extern __shared__ uint8_t smem_raw[];
