@@ -41,17 +41,10 @@ bool register_stream_beats_engine(const GemmProblem& p) {
 // 17 to 256 rows of W4A16 (bf16 activations, a 4-bit weight), dense, on sm_90: the engine with the
 // roles swapped (sm90_swap_ab: the weight decoded into wgmma's register fragments, the activation rows
 // as its narrow TMA-fed tile) beat the engine's own tiles and the register-streaming kernel at every
-// measured M from 129 rows, and from 17 rows on weights of at most 8192 rows but one (5120 x 17408
-// at 64 rows: docs/PERFORMANCE.md); on taller weights the engine's 64-row tile held up to 128 rows.
-// A caller that names a tile or kernel (variant) gets it.
+// measured M and weight (docs/PERFORMANCE.md). A caller that names a tile or kernel (variant) gets it.
 constexpr int64_t kSwapAbMaxRows = 256;
-constexpr int64_t kSwapAbAnyWeightMinRows = 129;
-constexpr int64_t kSwapAbMaxWeightRows = 8192;
 
-bool swap_ab_beats_engine(const GemmProblem& p) {
-  if (p.variant != kVariantAuto) return false;
-  return p.m >= kSwapAbAnyWeightMinRows || p.n <= kSwapAbMaxWeightRows;
-}
+bool swap_ab_beats_engine(const GemmProblem& p) { return p.variant == kVariantAuto; }
 
 using A = ArchRule;
 using G = GroupingRule;
@@ -65,7 +58,7 @@ const std::vector<DispatchRow> kDispatchTable = {
     {"sm90_swap_ab", A::Hopper, G::Dense, kSkinnyMaxRows + 1, kSwapAbMaxRows, O::Bf16Activations,
      &swap_ab_beats_engine, "swap_ab_beats_engine",
      "W4A16 from 17 rows: the weight decoded into registers, the activation rows a narrow tile, beat the engine",
-     "h100-gemm-w4a16-swap-ab.json"},
+     "h100-gemm-w4a16-swap-decode.json"},
     {"skinny", A::Hopper, G::Dense, kSkinnyMaxRows + 1, skinny::kStreamMaxTokens, O::Any,
      &register_stream_beats_engine, "register_stream_beats_engine",
      "17 to 32 rows on narrow weights: the register-streaming kernel beat the engine's 64-row tile",
