@@ -10,7 +10,9 @@ in NEW. A refactor that must not change code generation is proven this way on th
 that does is measured on the GPU by name (docs/PERFORMANCE.md). With --expect-identical the exit
 status is 1 when any function differs, is missing or is new.
 
-cuobjdump and nvdisasm come from PATH or the nvidia-cuda-* wheels of requirements.txt.
+cuobjdump and nvdisasm come from PATH or the nvidia-cuda-* wheels of requirements.txt, found as
+tests/machine_code.py finds them: kernel-builder's ci-test copies tests/ without tools/, and this
+tool runs without pytest, so neither imports the other.
 """
 
 from __future__ import annotations
