@@ -8,14 +8,14 @@ import sys
 
 import pytest
 from conftest import ROOT, variant_metadata
-from machine_code import all_kernels, disassembly_env, library
+from machine_code import all_kernels, cubin_arch, disassembly_env, library
 
 pytestmark = pytest.mark.machine_code
 
 
 def test_a_build_compared_with_itself_is_identical_in_every_kernel():
-    capability = variant_metadata()["backend"]["archs"][0]  # e.g. "9.0a"
-    cc, arch = int(capability.rstrip("af").replace(".", "")), "sm_" + capability.replace(".", "")
+    cc = int(variant_metadata()["backend"]["archs"][0].rstrip("af").replace(".", ""))  # "9.0a" -> 90
+    arch = cubin_arch(cc)
     command = [sys.executable, str(ROOT / "tools" / "sass_compare.py"), str(library()), str(library()),
                "--arch", arch, "--expect-identical"]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, env=disassembly_env())

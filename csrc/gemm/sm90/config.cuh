@@ -170,6 +170,18 @@ struct EngineConfig {
                 "the CTA's registers");
 };
 
+// A sum of products of decoded operands as the sum of the true products: times
+// 2^(kValueExponentA + kValueExponentB), exactly (a power of two).
+template <class Config>
+__device__ __forceinline__ float true_sum(float acc) {
+  constexpr int kExponent = Config::kValueExponentA + Config::kValueExponentB;
+  if constexpr (kExponent > 0) {
+    return acc * exp2i(kExponent);
+  } else {
+    return acc;
+  }
+}
+
 // Named barriers: 0 is __syncthreads; the consumers' own (epilogue, stream-K, a stage's decode);
 // with decode warps, the consumers' release of the epilogue staging, which overlaps the decoded
 // buffers, to the decoders.

@@ -32,7 +32,6 @@ __device__ __forceinline__ void store_tile_16bit(const SharedStorage<Config>& sm
   static_assert(Config::kBlockM * kStride * 2 <= 64 * Config::kStagingStride * 4, "the staging holds the tile");
   constexpr int kOctetsPerRow = Config::kBlockN / 8;
   constexpr int kRowsPerPass = Config::kConsumerThreads / kOctetsPerRow;
-  constexpr int kValueExponent = Config::kValueExponentA + Config::kValueExponentB;
   constexpr bool kColumnHalves = Config::kBlockM == 64;
   auto* staging = reinterpret_cast<T*>(smem.staging());
   const int warpgroup = consumer / 128, lane = consumer % 32;
@@ -41,11 +40,7 @@ __device__ __forceinline__ void store_tile_16bit(const SharedStorage<Config>& sm
   ptx::named_barrier_sync(kConsumerBarrier, Config::kConsumerThreads);
 #pragma unroll
   for (int i = 0; i < Config::kAccumulators; i += 2) {
-    float x = acc[i], y = acc[i + 1];
-    if constexpr (kValueExponent > 0) {  // the decoded operands' power of two, back (exact)
-      x *= exp2i(kValueExponent);
-      y *= exp2i(kValueExponent);
-    }
+    const float x = true_sum<Config>(acc[i]), y = true_sum<Config>(acc[i + 1]);
     const int row = row0 + 8 * ((i % 4) / 2), col = col0 + 8 * (i / 4);
     *reinterpret_cast<uint32_t*>(staging + row * kStride + col) = pack_pair<T>(x * alpha, y * alpha);
   }
@@ -83,7 +78,6 @@ __device__ __forceinline__ void store_tile_transposed(const SharedStorage<Config
   static_assert(Config::kTransposedStagingBytes <= Config::kRegionBytes, "the staging holds the tile");
   constexpr int kOctetsPerRow = Config::kBlockM / 8;
   constexpr int kRowsPerPass = Config::kConsumerThreads / kOctetsPerRow;
-  constexpr int kValueExponent = Config::kValueExponentA + Config::kValueExponentB;
   auto* staging = reinterpret_cast<T*>(smem.staging());
   const int warpgroup = consumer / 128, lane = consumer % 32;
   const int row0 = 64 * warpgroup + ((consumer % 128) / 32) * 16 + lane / 4;  // weight row in the tile
@@ -92,11 +86,7 @@ __device__ __forceinline__ void store_tile_transposed(const SharedStorage<Config
 #pragma unroll
   for (int i = 0; i < Config::kAccumulators; i += 2) {
     const int row = row0 + 8 * ((i % 4) / 2), col = col0 + 8 * (i / 4);
-    float x = acc[i], y = acc[i + 1];
-    if constexpr (kValueExponent > 0) {  // the decoded operands' power of two, back (exact)
-      x *= exp2i(kValueExponent);
-      y *= exp2i(kValueExponent);
-    }
+    const float x = true_sum<Config>(acc[i]), y = true_sum<Config>(acc[i + 1]);
     const uint32_t two = pack_pair<T>(x * alpha, y * alpha);
     reinterpret_cast<uint16_t*>(staging)[col * kStride + row] = uint16_t(two & 0xFFFFu);
     reinterpret_cast<uint16_t*>(staging)[(col + 1) * kStride + row] = uint16_t(two >> 16);
@@ -138,7 +128,6 @@ __device__ __forceinline__ void store_tile(const SharedStorage<Config>& smem, co
   }
   constexpr int kQuadsPerRow = Config::kBlockN / 4;
   constexpr int kRowsPerPass = Config::kConsumerThreads / kQuadsPerRow;
-  constexpr int kValueExponent = Config::kValueExponentA + Config::kValueExponentB;
   constexpr bool kColumnHalves = Config::kBlockM == 64;
   const int col0 = kColumnHalves ? warpgroup * Config::kWarpgroupN : 0;  // this warpgroup's first column
   const int quad_col = 4 * (consumer % kQuadsPerRow), first_row = consumer / kQuadsPerRow;
@@ -162,7 +151,7 @@ __device__ __forceinline__ void store_tile(const SharedStorage<Config>& smem, co
       float y[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        if constexpr (kValueExponent > 0) y[j] *= exp2i(kValueExponent);  // the decoded operands' power of two, back (exact)
+        y[j] = true_sum<Config>(y[j]);
         if constexpr (kPlain) {
           y[j] *= alpha;
         } else if (n + j < p.n) {

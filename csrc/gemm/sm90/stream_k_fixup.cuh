@@ -131,7 +131,6 @@ __device__ __forceinline__ void spread_fixup(const EngineParams& p, const WorkTi
   }
   // Pair P of the fragment: rows row0 + 8 (P % 2), columns col0 + 8 (P / 2) and the next.
   constexpr bool kColumnHalves = Config::kBlockM == 64;
-  constexpr int kValueExponent = Config::kValueExponentA + Config::kValueExponentB;
   const int warpgroup = consumer / 128, lane = consumer % 32;
   const int row0 = (kColumnHalves ? 0 : 64 * warpgroup) + ((consumer % 128) / 32) * 16 + lane / 4;
   const int col0 = (kColumnHalves ? warpgroup * Config::kWarpgroupN : 0) + 2 * (lane % 4);
@@ -147,11 +146,7 @@ __device__ __forceinline__ void spread_fixup(const EngineParams& p, const WorkTi
     const int pair = chunk * kPairs + j;
     const int64_t m = t.m0 + row0 + 8 * (pair % 2), n = t.n0 + col0 + 8 * (pair / 2);
     if (m >= m_end || n >= p.n) continue;
-    float x = v.x, y = v.y;
-    if constexpr (kValueExponent > 0) {  // the decoded operands' power of two, back (exact)
-      x *= exp2i(kValueExponent);
-      y *= exp2i(kValueExponent);
-    }
+    const float x = true_sum<Config>(v.x), y = true_sum<Config>(v.y);
     store_pair(e, m, n, p.n, epilogue_value(e, x, alpha, m, n, p.n, t.group),
                epilogue_value(e, y, alpha, m, n + 1, p.n, t.group));
   }
