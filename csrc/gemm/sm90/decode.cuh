@@ -48,17 +48,18 @@ __device__ __forceinline__ TileCodes tile_codes(int64_t kt, int64_t nkb) {
   return {uint32_t(8 * (first % kSfTileCols)), in_k >= kBlocks ? ~0u : (1u << (8 * in_k)) - 1u};
 }
 
-// The factors of two blocks (codes in bits 0-7 and 8-15; block 0 in the low half).
-template <OperandFormat kFormat, int kValueExponent>
-__device__ __forceinline__ Bf16x2 block_factors(uint32_t codes) {
+// The factors of two blocks of A (codes in bits 0-7 and 8-15; block 0 in the low half). NVFP4 A is
+// decoded as bit patterns (value * 2^-126), which take s * 2^(126 - kValueExponentA); E0M3 takes s.
+template <class Config>
+__device__ __forceinline__ Bf16x2 a_block_factors(uint32_t codes) {
+  constexpr OperandFormat kFormat = Config::kFormatA;
   if constexpr (kFormat == OperandFormat::Mxfp8 || kFormat == OperandFormat::Mxfp4) {
     return ue8m0x2_bf16x2(codes);
   } else {
-    // NVFP4 bit patterns (kValueExponent 7) take s * 2^119; true values take s.
-    return ue4m3x2_bf16x2<(kValueExponent > 0 ? 126 - kValueExponent : 0)>(codes);
+    static_assert(kFormat != OperandFormat::Nvfp4 || Config::kValueExponentA == 7, "NVFP4 patterns times s * 2^119");
+    return ue4m3x2_bf16x2<(kFormat == OperandFormat::Nvfp4 ? 126 - Config::kValueExponentA : 0)>(codes);
   }
 }
-
 
 // One block's factor in both halves.
 __device__ __forceinline__ Bf16x2 low_factor(Bf16x2 f) { return __low2bfloat162(f); }
@@ -70,14 +71,14 @@ __device__ __forceinline__ uint32_t scale_word(const uint8_t* scales, int row) {
                                             sf_offset(row % kSfTileRows, 0, 1));
 }
 
-// Pair j (0..3) of an 8-element word of a 4-bit operand, elements j and j + 4 (see above), times
-// its block's factor (both halves).
-template <OperandFormat kFormat, int kValueExponent>
+// Pair j (0..3) of an 8-element word of a 4-bit A, elements j and j + 4 (see above), times its
+// block's factor (both halves, a_block_factors): NVFP4 as bit patterns, the others as values.
+template <OperandFormat kFormat>
 __device__ __forceinline__ uint32_t decode_nibble_pair(uint32_t word, int j, Bf16x2 factor) {
   Bf16x2 value;
   if constexpr (kFormat == OperandFormat::E0m3) {
     value = decode_e0m3_pair<__nv_bfloat16>(nibble_pair_stride4(word, j));
-  } else if constexpr (kFormat == OperandFormat::Nvfp4 && kValueExponent > 0) {
+  } else if constexpr (kFormat == OperandFormat::Nvfp4) {
     value = e2m1_stride4_patterns<__nv_bfloat16>(word, j);
   } else {
     value = decode_e2m1_stride4<__nv_bfloat16>(word, j);
@@ -93,12 +94,11 @@ template <class Config>
 __device__ __forceinline__ void load_a_rows(const uint8_t* tile, const uint8_t* scales, int row, int sf_row0, int q,
                                             const TileCodes& codes, uint32_t (&top)[8], uint32_t (&bottom)[8]) {
   constexpr OperandFormat kFormat = Config::kFormatA;
-  constexpr int kExponent = Config::kValueExponentA;
   // Byte `block` of each row's codes, top row's in bits 0-7 and the bottom row's in bits 8-15.
   const uint32_t block = uint32_t((16 * q) / block_size(kFormat));
   const uint32_t two = __byte_perm(codes(scale_word(scales, sf_row0 + row)),
                                    codes(scale_word(scales, sf_row0 + row + 8)), block | ((block + 4) << 4));
-  const Bf16x2 factors = block_factors<kFormat, kExponent>(two);
+  const Bf16x2 factors = a_block_factors<Config>(two);
   const Bf16x2 factor[2] = {low_factor(factors), high_factor(factors)};
   uint32_t* pairs[2] = {top, bottom};
 #pragma unroll
@@ -118,7 +118,7 @@ __device__ __forceinline__ void load_a_rows(const uint8_t* tile, const uint8_t* 
       const uint2 bytes = *reinterpret_cast<const uint2*>(src + 8 * q);
 #pragma unroll
       for (int pair = 0; pair < 8; ++pair) {
-        pairs[r][pair] = decode_nibble_pair<kFormat, kExponent>(pair < 4 ? bytes.x : bytes.y, pair % 4, factor[r]);
+        pairs[r][pair] = decode_nibble_pair<kFormat>(pair < 4 ? bytes.x : bytes.y, pair % 4, factor[r]);
       }
     }
   }
@@ -131,12 +131,10 @@ template <class Config>
 __device__ __forceinline__ void load_a_row_natural(const uint8_t* tile, const uint8_t* scales, int row, int sf_row0,
                                                    int q, const TileCodes& codes, uint32_t (&pairs)[8]) {
   constexpr OperandFormat kFormat = Config::kFormatA;
-  constexpr int kExponent = Config::kValueExponentA;
   constexpr int kGroup = block_size(kFormat);
   const uint32_t row_codes = codes(scale_word(scales, sf_row0 + row));
   // Blocks 0, 1 and (16-element blocks) 2, 3 of the tile.
-  const Bf16x2 factors[2] = {block_factors<kFormat, kExponent>(row_codes),
-                             block_factors<kFormat, kExponent>(row_codes >> 16)};
+  const Bf16x2 factors[2] = {a_block_factors<Config>(row_codes), a_block_factors<Config>(row_codes >> 16)};
   const uint32_t byte_q = byte_nibbles_selector(uint32_t(q));
   constexpr int kWords = Config::kRowBytesA / 4;
   uint32_t words[kWords];
@@ -159,7 +157,7 @@ __device__ __forceinline__ void load_a_row_natural(const uint8_t* tile, const ui
       const uint32_t n = byte_nibbles(words[pair], byte_q);  // byte q of word pair: nibbles 2q, 2q + 1
       if constexpr (kFormat == OperandFormat::E0m3) {
         value = decode_e0m3_pair<__nv_bfloat16>(n);
-      } else if constexpr (kExponent > 0) {  // NVFP4: the patterns, the factor carries the unbias
+      } else if constexpr (kFormat == OperandFormat::Nvfp4) {  // the patterns: the factor carries the unbias
         value = e2m1_pair_patterns<__nv_bfloat16>(n);
       } else {
         value = __hmul2(e2m1_pair_patterns<__nv_bfloat16>(n), pair_from_bits<__nv_bfloat16>(Pair<__nv_bfloat16>::kE2M1Unbias));
