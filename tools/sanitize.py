@@ -77,21 +77,15 @@ def run_quantizers(fp4: ModuleType) -> None:
 
 
 SKINNY_VARIANTS = (3, 4)  # the knobs' names of the skinny tier's kernels, whose `splits` they take
-REGISTER_STREAM_VARIANT = 4
-REGISTER_STREAM_WEIGHTS = ("nvfp4", "mxfp4", "mxfp8")  # else the staged kernel runs (docs/API.md)
 SKINNY_ROWS = 16  # up to these rows the composing backends (staged, e0m3_split) run the skinny tier
 
 
-def picks_own_split(backend: str, knobs: dict, m: int, b_format: str) -> bool:
+def picks_own_split(backend: str, knobs: dict, m: int) -> bool:
     """Whether `backend` may run a skinny kernel with the K split its planner picks, whatever `splits`
-    says: the skinny backend unless the variant names one of its kernels that runs (the
-    register-streaming kernel's variant on a weight it does not decode runs the staged kernel with its
-    planner's split), and at most SKINNY_ROWS rows the backends that compose it (docs/API.md:
-    `splits` is the named kernel's)."""
+    says: the skinny backend unless the variant names one of its kernels, and at most SKINNY_ROWS rows
+    the backends that compose it (docs/API.md: `splits` is the named kernel's)."""
     if backend == "skinny":
-        variant = knobs.get("variant")
-        stream_falls_back = variant == REGISTER_STREAM_VARIANT and b_format not in REGISTER_STREAM_WEIGHTS
-        return variant not in SKINNY_VARIANTS or stream_falls_back
+        return knobs.get("variant") not in SKINNY_VARIANTS
     return backend in ("staged", "e0m3_split") and m <= SKINNY_ROWS
 
 
@@ -113,7 +107,7 @@ def run_gemms(fp4: ModuleType, cc: int, ms: list[int], skip: set[str], one_cta_p
                     call = gemm_call(a, b, sfa, sfb, a_format, b_format, out=out, out_scales=out_scales,
                                      out_format=out_format, pdl=False, **knobs)  # fmt: skip
                     for backend in call.backends(cc):
-                        if backend in skip or (one_cta_per_k and picks_own_split(backend, knobs, m, b_format)):
+                        if backend in skip or (one_cta_per_k and picks_own_split(backend, knobs, m)):
                             continue
                         call.run_on(backend)
                         ran.add(backend)

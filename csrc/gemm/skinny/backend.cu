@@ -235,8 +235,8 @@ int64_t max_units(const GemmProblem& p, int64_t row_blocks) {
   }
 }
 
-// The K split: the knob where the variant names this kernel (at most one slice per stage, and only
-// where one cluster of it fits on an SM's resources), else the largest split whose CTAs all fit on
+// The K split: the knob where the variant names this kernel or the one it stands in for (at most one
+// slice per stage, and only where one cluster of it fits on an SM's resources), else the largest split whose CTAs all fit on
 // the device at once (one wave), each slice at least one stage; when even one CTA per unit does not
 // fit, the grid is persistent.
 Plan make_plan(const GemmProblem& p, int lanes) {
@@ -269,7 +269,9 @@ Plan make_plan(const GemmProblem& p, int lanes) {
       plan.splits = splits;
     }
   }
-  const int forced = p.variant == kVariantStaged ? std::min(p.splits, max_splits) : 0;
+  // The register-streaming kernel, named where it cannot serve (choose_stream_plan), passes its knob on.
+  const bool named = p.variant == kVariantStaged || p.variant == kVariantRegisterStream;
+  const int forced = named ? std::min(p.splits, max_splits) : 0;
   if (forced > 0 && capacity(forced) >= forced) plan.splits = forced;
   const int64_t fits = std::max<int64_t>(1, capacity(plan.splits) / plan.splits);
   plan.clusters = std::min(units, fits);
