@@ -67,16 +67,6 @@ __device__ __forceinline__ uint32_t byte_nibbles(uint32_t codes, uint32_t select
   return __byte_perm(codes, codes >> 4, selector) & 0x000F000Fu;
 }
 
-// One pair of E2M1 codes (as nibble_pair* gives them) -> values. s.ee.m becomes the 16-bit pattern
-// s | ee (bottom of the exponent) | m (top mantissa bit); times 2^(bias - 1) that is the E2M1
-// value, subnormal (ee = 0) included.
-template <class T>
-__device__ __forceinline__ typename Pair<T>::Type decode_e2m1_pair(uint32_t n) {
-  constexpr int kShift = Pair<T>::kExponentShift - 1;
-  const uint32_t bits = ((n & 0x00080008u) << 12) | ((n & 0x00070007u) << kShift);
-  return __hmul2(pair_from_bits<T>(bits), pair_from_bits<T>(Pair<T>::kE2M1Unbias));
-}
-
 // Nibbles j and j + 4 of `codes` (the nibble_pair_stride4 pairing) -> two 16-bit patterns: the
 // nibble's bit 3 (the sign) at bit 15, its bits 0-2 at kMagnitude .. kMagnitude + 2, the rest 0.
 // The bit placement is one integer multiply: the masked nibbles times 2^a + 2^b land as two copies
@@ -118,6 +108,21 @@ __device__ __forceinline__ typename Pair<T>::Type e2m1_pair_patterns(uint32_t n)
 template <class T>
 __device__ __forceinline__ typename Pair<T>::Type decode_e2m1_stride4(uint32_t codes, int j) {
   return __hmul2(e2m1_stride4_patterns<T>(codes, j), pair_from_bits<T>(Pair<T>::kE2M1Unbias));
+}
+
+// One pair of E2M1 codes (as nibble_pair and byte_nibbles give them) -> values: the 16-bit pattern
+// s | ee (bottom of the exponent) | m (top mantissa bit) times 2^(bias - 1), subnormal (ee = 0)
+// included. bf16 places the bits by e2m1_pair_patterns' multiply; fp16, whose copies would overlap
+// there, by shifts.
+template <class T>
+__device__ __forceinline__ typename Pair<T>::Type decode_e2m1_pair(uint32_t n) {
+  const auto unbias = pair_from_bits<T>(Pair<T>::kE2M1Unbias);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __hmul2(e2m1_pair_patterns<T>(n), unbias);
+  } else {
+    constexpr int kShift = Pair<T>::kExponentShift - 1;
+    return __hmul2(pair_from_bits<T>(((n & 0x00080008u) << 12) | ((n & 0x00070007u) << kShift)), unbias);
+  }
 }
 
 // One pair of E0M3 codes -> values: (base + m) - base is exactly m, then the sign bit.

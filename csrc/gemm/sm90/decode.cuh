@@ -160,7 +160,7 @@ __device__ __forceinline__ void load_a_row_natural(const uint8_t* tile, const ui
       } else if constexpr (kFormat == OperandFormat::Nvfp4) {  // the patterns: the factor carries the unbias
         value = e2m1_pair_patterns<__nv_bfloat16>(n);
       } else {
-        value = __hmul2(e2m1_pair_patterns<__nv_bfloat16>(n), pair_from_bits<__nv_bfloat16>(Pair<__nv_bfloat16>::kE2M1Unbias));
+        value = decode_e2m1_pair<__nv_bfloat16>(n);
       }
     }
     pairs[pair] = pair_bits(__hmul2(value, scale));
