@@ -201,11 +201,6 @@ __device__ __forceinline__ __nv_bfloat162 ue8m0x2_bf16x2_spread(uint32_t spread)
   return pair_from_bits<__nv_bfloat16>(pair_bits(fields) | (((spread + 0x00010001u) >> 2) & 0x00400040u));
 }
 
-// UE8M0 codes in bits 0-7 and 8-15.
-__device__ __forceinline__ __nv_bfloat162 ue8m0x2_bf16x2(uint32_t codes) {
-  return ue8m0x2_bf16x2_spread(__byte_perm(codes, 0u, 0x4140));
-}
-
 // Values times a UE4M3 block scale: exact, so the 16-bit multiply is the contract's rounding.
 template <class T>
 __device__ __forceinline__ void scale_ue4m3(typename Pair<T>::Type (&values)[4], uint8_t scale) {

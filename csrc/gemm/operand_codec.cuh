@@ -15,6 +15,15 @@
 // by the block's factor. MX factors above what one bf16 factor carries (2^k for k > 1 with MXFP4,
 // k > 7 with MXFP8) take a second multiply, decode<true>: a kernel takes that path only for the
 // tiles that need it (real MX weights never do).
+//
+// Two granularities, one decode each:
+//   decode<kRest>(word, factors, w, pairs)  a word of a 16-byte chunk (the M <= 16 kernels);
+//   stride4_pair(word, j, factor), pair(n, factor)  one pair of a 4-bit format, elements j and j + 4
+//       of a word or the nibbles at bits 0-3 and 16-19 (nibble_pair_stride4, byte_nibbles): the
+//       Hopper engine, whose threads hold single pairs of several words, each pair exact for every
+//       scale code (MX: the value times the block's 2^k, see MxCodec).
+// factor_pair<kHalf>(codes) makes the Factor of each of two blocks whose codes are the bytes of
+// half-word kHalf.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -30,9 +39,6 @@ namespace fp4_gemm {
 
 using Bf16x2 = __nv_bfloat162;
 
-// Two UE4M3/E4M3 codes (bits 0-15) as floats, exactly (the hardware conversion; 0x7F is NaN).
-__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t codes) { return __half22float2(e4m3x2_half2(codes)); }
-
 // The bf16 2^(exponent field - 127) of a UE8M0-style factor, in both halves.
 __device__ __forceinline__ Bf16x2 power_of_two_pair(uint32_t field) { return pair_from_bits<__nv_bfloat16>((field << 7) * 0x10001u); }
 
@@ -46,6 +52,7 @@ struct OperandCodec<OperandFormat::Nvfp4> {
   static constexpr int kElementBits = 4;
   static constexpr int kBlock = 16;
   static constexpr int kUnbiasExponent = 7;
+  using Factor = Bf16x2;  // one block's s * 2^119, in both halves
   struct Factors {
     Bf16x2 f;  // blocks 0 and 1 of the chunk
   };
@@ -53,13 +60,25 @@ struct OperandCodec<OperandFormat::Nvfp4> {
   __device__ __forceinline__ static Factors factors(uint32_t codes) {
     return {ue4m3x2_bf16x2<119>(codes)};
   }
+  template <int kHalf = 0>
+  __device__ __forceinline__ static void factor_pair(uint32_t codes, Factor (&f)[2]) {
+    const Bf16x2 two = ue4m3x2_bf16x2<119, kHalf>(codes);
+    f[0] = __low2bfloat162(two);
+    f[1] = __high2bfloat162(two);
+  }
+  __device__ __forceinline__ static uint32_t stride4_pair(uint32_t word, int j, const Factor& f) {
+    return pair_bits(__hmul2(e2m1_stride4_patterns<__nv_bfloat16>(word, j), f));
+  }
+  __device__ __forceinline__ static uint32_t pair(uint32_t n, const Factor& f) {
+    return pair_bits(__hmul2(e2m1_pair_patterns<__nv_bfloat16>(n), f));
+  }
   static constexpr bool kHasRest = false;
   // Word w of the chunk (elements 8w .. 8w + 7; block w / 2).
   template <bool kRest = false>
   __device__ __forceinline__ static void decode(uint32_t word, const Factors& f, int w, uint32_t (&pairs)[4]) {
-    const Bf16x2 factor = w < 2 ? __low2bfloat162(f.f) : __high2bfloat162(f.f);
+    const Factor factor = w < 2 ? __low2bfloat162(f.f) : __high2bfloat162(f.f);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) pairs[j] = pair_bits(__hmul2(e2m1_stride4_patterns<__nv_bfloat16>(word, j), factor));
+    for (int j = 0; j < 4; ++j) pairs[j] = stride4_pair(word, j, factor);
   }
 };
 
@@ -70,25 +89,43 @@ struct OperandCodec<OperandFormat::E0m3> {
   static constexpr int kElementBits = 4;
   static constexpr int kBlock = 16;
   static constexpr int kUnbiasExponent = 0;
+  struct Factor {
+    Bf16x2 s;       // s, in both halves
+    Bf16x2 offset;  // -128 s, in both halves
+  };
   struct Factors {
     Bf16x2 s;       // s of blocks 0 and 1
     Bf16x2 offset;  // -128 s of blocks 0 and 1
   };
+  template <int kHalf = 0>
   __device__ __forceinline__ static Factors factors(uint32_t codes) {
-    const float2 s = e4m3x2_to_float2(codes);
+    const float2 s = __half22float2(e4m3x2_half2<kHalf>(codes));
     return {__floats2bfloat162_rn(s.x, s.y), __floats2bfloat162_rn(-128.0f * s.x, -128.0f * s.y)};
+  }
+  template <int kHalf = 0>
+  __device__ __forceinline__ static void factor_pair(uint32_t codes, Factor (&f)[2]) {
+    const Factors two = factors<kHalf>(codes);
+    f[0] = {__low2bfloat162(two.s), __low2bfloat162(two.offset)};
+    f[1] = {__high2bfloat162(two.s), __high2bfloat162(two.offset)};
+  }
+  // n: the magnitudes at bits 0-2 and 16-18, the signs at bits 3 and 19 (other bits ignored).
+  __device__ __forceinline__ static uint32_t pair(uint32_t n, const Factor& f) {
+    const Bf16x2 biased = pair_from_bits<__nv_bfloat16>((n & 0x00070007u) | Pair<__nv_bfloat16>::kIntegerBase);
+    return pair_bits(__hfma2(biased, f.s, f.offset)) ^ ((n << 12) & 0x80008000u);
+  }
+  __device__ __forceinline__ static uint32_t stride4_pair(uint32_t word, int j, const Factor& f) {
+    const Bf16x2 biased =
+        pair_from_bits<__nv_bfloat16>(((word >> (4 * j)) & 0x00070007u) | Pair<__nv_bfloat16>::kIntegerBase);
+    const uint32_t sign = (j == 3 ? word : word << (12 - 4 * j)) & 0x80008000u;
+    return pair_bits(__hfma2(biased, f.s, f.offset)) ^ sign;
   }
   static constexpr bool kHasRest = false;
   template <bool kRest = false>
   __device__ __forceinline__ static void decode(uint32_t word, const Factors& f, int w, uint32_t (&pairs)[4]) {
-    const Bf16x2 s = w < 2 ? __low2bfloat162(f.s) : __high2bfloat162(f.s);
-    const Bf16x2 offset = w < 2 ? __low2bfloat162(f.offset) : __high2bfloat162(f.offset);
+    const Factor factor = {w < 2 ? __low2bfloat162(f.s) : __high2bfloat162(f.s),
+                           w < 2 ? __low2bfloat162(f.offset) : __high2bfloat162(f.offset)};
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const Bf16x2 biased = pair_from_bits<__nv_bfloat16>(((word >> (4 * j)) & 0x00070007u) | Pair<__nv_bfloat16>::kIntegerBase);
-      const uint32_t sign = (j == 3 ? word : word << (12 - 4 * j)) & 0x80008000u;
-      pairs[j] = pair_bits(__hfma2(biased, s, offset)) ^ sign;
-    }
+    for (int j = 0; j < 4; ++j) pairs[j] = stride4_pair(word, j, factor);
   }
 };
 
@@ -126,20 +163,40 @@ struct PowerOfTwoFactors {
   }
 };
 
-// What the MX codecs share: UE8M0 scales per 32 elements, true values.
+// What the MX codecs share: UE8M0 scales per 32 elements, true values. A chunk's decode takes the
+// capped factor and, where needed, the rest (Factors); a single pair takes its values (the pattern
+// times the unbias) times the block's 2^k in bf16 (Factor), two multiplies that are exact for every
+// code: 2^-127 (code 0, a bf16 subnormal) .. 2^127, NaN for code 255.
 template <int kBits, int kBias, int kCap>
 struct MxCodec {
   static constexpr int kElementBits = kBits;
   static constexpr int kBlock = 32;
   static constexpr int kUnbiasExponent = 0;
   static constexpr bool kHasRest = true;
-  using Factors = PowerOfTwoFactors<kBias, kCap>;
+  using Factors = PowerOfTwoFactors<kBias, kCap>;  // one block
+  using Factor = Bf16x2;                           // one block's 2^k, in both halves
   __device__ __forceinline__ static Factors factors(uint32_t codes) { return Factors::from(codes); }
+  template <int kHalf = 0>
+  __device__ __forceinline__ static void factor_pair(uint32_t codes, Factor (&f)[2]) {
+    factor_pair_spread(__byte_perm(codes, 0u, kHalf ? 0x4342 : 0x4140), f);
+  }
+  // The same from codes at bits 0-7 and 16-23 (a byte permute's spread, which can also pick them).
+  __device__ __forceinline__ static void factor_pair_spread(uint32_t spread, Factor (&f)[2]) {
+    const Bf16x2 two = ue8m0x2_bf16x2_spread(spread);
+    f[0] = __low2bfloat162(two);
+    f[1] = __high2bfloat162(two);
+  }
 };
 
 // E2M1 values with UE8M0 scales per 32: pattern (value * 2^-126) * 2^(k + 126).
 template <>
 struct OperandCodec<OperandFormat::Mxfp4> : MxCodec<4, 126, 1> {
+  __device__ __forceinline__ static uint32_t stride4_pair(uint32_t word, int j, const Factor& f) {
+    return pair_bits(__hmul2(decode_e2m1_stride4<__nv_bfloat16>(word, j), f));
+  }
+  __device__ __forceinline__ static uint32_t pair(uint32_t n, const Factor& f) {
+    return pair_bits(__hmul2(decode_e2m1_pair<__nv_bfloat16>(n), f));
+  }
   template <bool kRest = false>
   __device__ __forceinline__ static void decode(uint32_t word, const Factors& f, int, uint32_t (&pairs)[4]) {
     Bf16x2 patterns[4];

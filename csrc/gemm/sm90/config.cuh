@@ -12,12 +12,11 @@
 #include "csrc/common/ptx.cuh"
 #include "csrc/common/sf_layout.cuh"
 #include "csrc/gemm/grouping.cuh"
+#include "csrc/gemm/operand_codec.cuh"
 #include "csrc/gemm/problem.h"
 #include "csrc/gemm/sm90/scheduler.cuh"
 
 namespace fp4_gemm::sm90 {
-
-using Bf16x2 = __nv_bfloat162;
 
 // Where B's bf16 tile comes from. Packed: the consumers decode each packed K tile into a bf16 tile
 // (above). Bf16: B was dequantized once, exactly, into a bf16 scratch matrix before the launch
@@ -141,12 +140,11 @@ struct EngineConfig {
   static_assert(kBlockN == 128 || kBlockN == 256 || (kTransposedOut && (kBlockN == 16 || kBlockN == 32 || kBlockN == 64)),
                 "tile widths 128 and 256 (16, 32, 64: activation rows of a swapped tile)");
 
-  // A decoded operand value is its true value times 2^-kValueExponent (see "operand decoding"):
-  // NVFP4 decoded as bit patterns (A always, B in the packed-B K order) is 2^-7 of it, everything
-  // else is the value itself. The epilogue multiplies the accumulators by
-  // 2^(kValueExponentA + kValueExponentB), exactly.
-  static constexpr int kValueExponentA = kA == OperandFormat::Nvfp4 ? 7 : 0;
-  static constexpr int kValueExponentB = kB == OperandFormat::Nvfp4 && kPackedB ? 7 : 0;
+  // A decoded operand value is its true value times 2^-kValueExponent: its codec's unbias
+  // (operand_codec.cuh; NVFP4 2^-7), or none for B dequantized into bf16 ahead of the kernel. The
+  // epilogue multiplies the accumulators by 2^(kValueExponentA + kValueExponentB), exactly.
+  static constexpr int kValueExponentA = OperandCodec<kA>::kUnbiasExponent;
+  static constexpr int kValueExponentB = kPackedB ? OperandCodec<kB>::kUnbiasExponent : 0;
   // The register-fragment K loop unrolled twice (two fragment buffers alternating, no moves), where
   // that is faster: not for MXFP8, whose larger loop body is slower unrolled, nor for E0M3 weights
   // (not measured; docs/PERFORMANCE.md, kAlternatingFragments).

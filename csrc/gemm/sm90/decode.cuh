@@ -10,25 +10,25 @@
 #include "csrc/common/dequant.cuh"
 #include "csrc/common/formats.cuh"
 #include "csrc/common/sf_layout.cuh"
+#include "csrc/gemm/operand_codec.cuh"
 #include "csrc/gemm/sm90/config.cuh"
 
 namespace fp4_gemm::sm90 {
 
 // ---- operand decoding ---------------------------------------------------------------------------
 //
-// Per block, a factor is made once per K tile from its scale code (dequant.cuh: two blocks per
-// conversion); per pair of elements, the decode is the bit placement of the shared codec and one
-// packed multiply by the factor (MXFP4: two, see below). Exactness (docs/FORMATS.md):
-//   NVFP4   E2M1 bit pattern (value * 2^-126) times s * 2^119: value * s * 2^-7. A nonzero product
-//           is at least 0.5 * 2^-9 * 2^-7 (a normal bf16) and has at most 2 + 4 significant bits,
-//           so it is exact; 448 * 2^119 < 2^128, and the NaN code 0x7F gives a NaN factor. The
-//           float32 products of two such operands are the true ones times 2^-14: all multiples of
-//           2^-34, never subnormal, so the accumulation is the same as on the true values, and the
-//           epilogue multiplies 2^14 back.
-//   MXFP4   UE8M0 factors span 2^-127 .. 2^127, more than one bf16 factor can add to a pattern: the
-//           pattern times 2^126 is the true value, then times 2^k (as before the factors).
-//   MXFP8   E4M3 values by the hardware conversion (exact), times 2^k.
-//   E0M3    (128 + m) - 128 = m, then the sign, times s.
+// Every format's block factors come from its OperandCodec (operand_codec.cuh: factor_pair, two
+// blocks per conversion, in the Factor the codec's single pairs take), and the 4-bit formats decode
+// through it one pair at a time (stride4_pair, pair); the decoded value is the true one times
+// 2^-kUnbiasExponent (NVFP4: 2^-7), which the epilogue multiplies back (config.cuh, true_sum).
+// MXFP8 elements take the hardware conversion (E4M3 to f16x2, exact) in consecutive pairs, an E4M3
+// pair being one half-word in place, times the codec's Factor (the block's 2^k in bf16); the
+// codec's chunk decode pairs E4M3 bytes (0, 2), (1, 3), an order the engine's tiles do not use.
+// Exactness: docs/FORMATS.md and operand_codec.cuh.
+
+// The factor a pair of format F takes: its codec's Factor of one block.
+template <OperandFormat F>
+using PairFactor = typename OperandCodec<F>::Factor;
 
 // A K tile's scale codes of one row: the row's four code bytes of the tile's SfAtom column, shifted
 // to the tile's first block (32-element blocks: columns 2 and 3 for odd tiles) and masked to the
@@ -48,42 +48,10 @@ __device__ __forceinline__ TileCodes tile_codes(int64_t kt, int64_t nkb) {
   return {uint32_t(8 * (first % kSfTileCols)), in_k >= kBlocks ? ~0u : (1u << (8 * in_k)) - 1u};
 }
 
-// The factors of two blocks of A (codes in bits 0-7 and 8-15; block 0 in the low half). NVFP4 A is
-// decoded as bit patterns (value * 2^-126), which take s * 2^(126 - kValueExponentA); E0M3 takes s.
-template <class Config>
-__device__ __forceinline__ Bf16x2 a_block_factors(uint32_t codes) {
-  constexpr OperandFormat kFormat = Config::kFormatA;
-  if constexpr (kFormat == OperandFormat::Mxfp8 || kFormat == OperandFormat::Mxfp4) {
-    return ue8m0x2_bf16x2(codes);
-  } else {
-    static_assert(kFormat != OperandFormat::Nvfp4 || Config::kValueExponentA == 7, "NVFP4 patterns times s * 2^119");
-    return ue4m3x2_bf16x2<(kFormat == OperandFormat::Nvfp4 ? 126 - Config::kValueExponentA : 0)>(codes);
-  }
-}
-
-// One block's factor in both halves.
-__device__ __forceinline__ Bf16x2 low_factor(Bf16x2 f) { return __low2bfloat162(f); }
-__device__ __forceinline__ Bf16x2 high_factor(Bf16x2 f) { return __high2bfloat162(f); }
-
 // The four scale bytes of `row` (0..383) in one K column of consecutive 128-row SfAtom tiles.
 __device__ __forceinline__ uint32_t scale_word(const uint8_t* scales, int row) {
   return *reinterpret_cast<const uint32_t*>(scales + (row / kSfTileRows) * kSfTileBytes +
                                             sf_offset(row % kSfTileRows, 0, 1));
-}
-
-// Pair j (0..3) of an 8-element word of a 4-bit A, elements j and j + 4 (see above), times its
-// block's factor (both halves, a_block_factors): NVFP4 as bit patterns, the others as values.
-template <OperandFormat kFormat>
-__device__ __forceinline__ uint32_t decode_nibble_pair(uint32_t word, int j, Bf16x2 factor) {
-  Bf16x2 value;
-  if constexpr (kFormat == OperandFormat::E0m3) {
-    value = decode_e0m3_pair<__nv_bfloat16>(nibble_pair_stride4(word, j));
-  } else if constexpr (kFormat == OperandFormat::Nvfp4) {
-    value = e2m1_stride4_patterns<__nv_bfloat16>(word, j);
-  } else {
-    value = decode_e2m1_stride4<__nv_bfloat16>(word, j);
-  }
-  return pair_bits(__hmul2(value, factor));
 }
 
 // This thread's 16 A elements of the K tile in rows `row` and `row` + 8 (elements 16q .. 16q + 15
@@ -98,8 +66,8 @@ __device__ __forceinline__ void load_a_rows(const uint8_t* tile, const uint8_t* 
   const uint32_t block = uint32_t((16 * q) / block_size(kFormat));
   const uint32_t two = __byte_perm(codes(scale_word(scales, sf_row0 + row)),
                                    codes(scale_word(scales, sf_row0 + row + 8)), block | ((block + 4) << 4));
-  const Bf16x2 factors = a_block_factors<Config>(two);
-  const Bf16x2 factor[2] = {low_factor(factors), high_factor(factors)};
+  PairFactor<kFormat> factor[2];
+  OperandCodec<kFormat>::factor_pair(two, factor);
   uint32_t* pairs[2] = {top, bottom};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -118,7 +86,7 @@ __device__ __forceinline__ void load_a_rows(const uint8_t* tile, const uint8_t* 
       const uint2 bytes = *reinterpret_cast<const uint2*>(src + 8 * q);
 #pragma unroll
       for (int pair = 0; pair < 8; ++pair) {
-        pairs[r][pair] = decode_nibble_pair<kFormat>(pair < 4 ? bytes.x : bytes.y, pair % 4, factor[r]);
+        pairs[r][pair] = OperandCodec<kFormat>::stride4_pair(pair < 4 ? bytes.x : bytes.y, pair % 4, factor[r]);
       }
     }
   }
@@ -134,7 +102,9 @@ __device__ __forceinline__ void load_a_row_natural(const uint8_t* tile, const ui
   constexpr int kGroup = block_size(kFormat);
   const uint32_t row_codes = codes(scale_word(scales, sf_row0 + row));
   // Blocks 0, 1 and (16-element blocks) 2, 3 of the tile.
-  const Bf16x2 factors[2] = {a_block_factors<Config>(row_codes), a_block_factors<Config>(row_codes >> 16)};
+  PairFactor<kFormat> first[2], second[2];
+  OperandCodec<kFormat>::factor_pair(row_codes, first);
+  if constexpr (kGroup == 16) OperandCodec<kFormat>::factor_pair(row_codes >> 16, second);
   const uint32_t byte_q = byte_nibbles_selector(uint32_t(q));
   constexpr int kWords = Config::kRowBytesA / 4;
   uint32_t words[kWords];
@@ -146,24 +116,15 @@ __device__ __forceinline__ void load_a_row_natural(const uint8_t* tile, const ui
 #pragma unroll
   for (int pair = 0; pair < 8; ++pair) {  // pair = 2s + h: elements 16s + 8h + 2q + {0, 1}
     const int block = (8 * pair) / kGroup;
-    const Bf16x2 scale = block % 2 ? high_factor(factors[block / 2]) : low_factor(factors[block / 2]);
-    Bf16x2 value;
+    const PairFactor<kFormat>& factor = block < 2 ? first[block] : second[block - 2];
     if constexpr (kFormat == OperandFormat::Mxfp8) {
       Bf16x2 two[2];  // bytes 8 * pair + 2q, + 1: half-word q % 2 of word 2 * pair + q / 2
       const uint32_t word = q < 2 ? words[2 * pair] : words[2 * pair + 1];  // static indices: registers
       dequant_e4m3x4<__nv_bfloat16>(word >> (16 * (q % 2)), two);
-      value = two[0];
-    } else {
-      const uint32_t n = byte_nibbles(words[pair], byte_q);  // byte q of word pair: nibbles 2q, 2q + 1
-      if constexpr (kFormat == OperandFormat::E0m3) {
-        value = decode_e0m3_pair<__nv_bfloat16>(n);
-      } else if constexpr (kFormat == OperandFormat::Nvfp4) {  // the patterns: the factor carries the unbias
-        value = e2m1_pair_patterns<__nv_bfloat16>(n);
-      } else {
-        value = decode_e2m1_pair<__nv_bfloat16>(n);
-      }
+      pairs[pair] = pair_bits(__hmul2(two[0], factor));
+    } else {  // byte q of word pair: nibbles 2q, 2q + 1
+      pairs[pair] = OperandCodec<kFormat>::pair(byte_nibbles(words[pair], byte_q), factor);
     }
-    pairs[pair] = pair_bits(__hmul2(value, scale));
   }
 }
 
@@ -257,22 +218,23 @@ struct BlockSelect {
 
 // The factor of each q's block (q's 16 elements: block q for 16-element blocks, q / 2 for 32-element
 // ones) from the row's scale word and the K tile's BlockSelect, taken from their place in the word
-// (ue4m3x2_bf16x2 of a half-word, ue8m0x2_bf16x2_spread: no shifts to line them up).
+// (16-element blocks: factor_pair of each half-word; 32-element: the selector spreads the tile's two
+// codes into the halves, which factor_pair_spread reads without shifts).
 template <class Config>
-__device__ __forceinline__ void b_row_factors(uint32_t row_codes, uint32_t select, Bf16x2 (&scale)[4]) {
+__device__ __forceinline__ void b_row_factors(uint32_t row_codes, uint32_t select,
+                                              PairFactor<Config::kFormatB> (&scale)[4]) {
   constexpr OperandFormat kFormat = Config::kFormatB;
   if constexpr (block_size(kFormat) == 16) {
-    static_assert(kFormat != OperandFormat::Nvfp4 || Config::kValueExponentB == 7, "NVFP4 patterns times s * 2^119");
-    // NVFP4 bit patterns take s * 2^119; E0M3 patterns times 2^126 (decode_b_chunk) take s * 2^3.
-    constexpr int kExponent = kFormat == OperandFormat::Nvfp4 ? 126 - Config::kValueExponentB : 3;
     const uint32_t codes = row_codes & select;
-    const Bf16x2 factors[2] = {ue4m3x2_bf16x2<kExponent, 0>(codes), ue4m3x2_bf16x2<kExponent, 1>(codes)};
-#pragma unroll
-    for (int q = 0; q < 4; ++q) scale[q] = q % 2 ? high_factor(factors[q / 2]) : low_factor(factors[q / 2]);
+    PairFactor<kFormat> first[2], second[2];
+    OperandCodec<kFormat>::template factor_pair<0>(codes, first);
+    OperandCodec<kFormat>::template factor_pair<1>(codes, second);
+    scale[0] = first[0], scale[1] = first[1], scale[2] = second[0], scale[3] = second[1];
   } else {
-    const Bf16x2 factors = ue8m0x2_bf16x2_spread(__byte_perm(row_codes, 0u, select));
+    PairFactor<kFormat> two[2];
+    OperandCodec<kFormat>::factor_pair_spread(__byte_perm(row_codes, 0u, select), two);
 #pragma unroll
-    for (int q = 0; q < 4; ++q) scale[q] = q < 2 ? low_factor(factors) : high_factor(factors);
+    for (int q = 0; q < 4; ++q) scale[q] = two[q / 2];
   }
 }
 
@@ -280,30 +242,23 @@ __device__ __forceinline__ void b_row_factors(uint32_t row_codes, uint32_t selec
 // with a consumer's runtime part (sub, b_chunk_offsets) taken off: it picks the words, and must be a
 // constant once unrolled so that they stay registers (c / 2 and c / 4 do not depend on sub < 2).
 //   MXFP8: elements 16q + 2c + {0, 1} are half-word c % 2 of word 4q + c / 2, converted in place.
-//   4-bit: pair c of q lives in word 2q + c / 4 (elements 16q + 8(c / 4) ..). E2M1: s.ee.m placed as
-//   decode_nibble_pair places it. E0M3: s.mmm with m at the top of the mantissa, a subnormal
-//   m * 2^-129; times 2^126 that is m * 2^-3, a normal bf16, and times the factor s * 2^3 it is
-//   m * s (at most 3 + 4 significant bits): both products exact, so the value is decode_e0m3_pair's
-//   times s, the sign of a zero included (every step is a product).
+//   4-bit: pair c of q lives in word 2q + c / 4 (elements 16q + 8(c / 4) ..), its elements c % 4 and
+//   c % 4 + 4: the codec's stride4_pair.
 template <class Config>
-__device__ __forceinline__ uint4 decode_b_chunk(const uint32_t* words, const Bf16x2 (&scale)[4], int c, int word_c) {
+__device__ __forceinline__ uint4 decode_b_chunk(const uint32_t* words, const PairFactor<Config::kFormatB> (&scale)[4],
+                                                int c, int word_c) {
   constexpr OperandFormat kFormat = Config::kFormatB;
-  constexpr uint32_t kUnbias = Pair<__nv_bfloat16>::kE2M1Unbias;  // 2^126 in both halves
   uint4 out;
   uint32_t* o = reinterpret_cast<uint32_t*>(&out);
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
-    Bf16x2 value;
     if constexpr (kFormat == OperandFormat::Mxfp8) {
       const uint32_t word = words[4 * q + word_c / 2];
-      value = __float22bfloat162_rn(__half22float2(c % 2 ? e4m3x2_half2<1>(word) : e4m3x2_half2<0>(word)));
+      const Bf16x2 value = __float22bfloat162_rn(__half22float2(c % 2 ? e4m3x2_half2<1>(word) : e4m3x2_half2<0>(word)));
+      o[q] = pair_bits(__hmul2(value, scale[q]));
     } else {
-      const uint32_t word = words[2 * q + word_c / 4];
-      const uint32_t patterns = stride4_patterns<kFormat == OperandFormat::E0m3 ? 4 : 6>(word, c % 4);
-      value = pair_from_bits<__nv_bfloat16>(patterns);
-      if constexpr (kFormat != OperandFormat::Nvfp4) value = __hmul2(value, pair_from_bits<__nv_bfloat16>(kUnbias));
+      o[q] = OperandCodec<kFormat>::stride4_pair(words[2 * q + word_c / 4], c % 4, scale[q]);
     }
-    o[q] = pair_bits(__hmul2(value, scale[q]));
   }
   return out;
 }
@@ -324,7 +279,7 @@ __device__ __forceinline__ void convert_b_row(const uint8_t* tile, const uint8_t
     const uint4 v = *reinterpret_cast<const uint4*>(src + 16 * i);
     words[4 * i] = v.x, words[4 * i + 1] = v.y, words[4 * i + 2] = v.z, words[4 * i + 3] = v.w;
   }
-  Bf16x2 scale[4];
+  PairFactor<Config::kFormatB> scale[4];
   b_row_factors<Config>(scale_word(scales, sf_row0 + row), select, scale);
 #pragma unroll
   for (int i = 0; i < 8 / kPerRow; ++i) {

@@ -144,7 +144,7 @@ template <class Config, int kRow>
 __device__ __forceinline__ void decode_b_row(const DecoderAddresses& a, const DecoderRow<Config>& row, uint32_t tile,
                                              uint32_t select) {
   using Layout = DecoderLayout<Config>;
-  Bf16x2 scale[4];
+  PairFactor<Config::kFormatB> scale[4];
   b_row_factors<Config>(row.scale_word, select, scale);
 #pragma unroll
   for (int c = 0; c < 8; ++c) {
