@@ -19,9 +19,11 @@
 // Two granularities, one decode each:
 //   decode<kRest>(word, factors, w, pairs)  a word of a 16-byte chunk (the M <= 16 kernels);
 //   stride4_pair(word, j, factor), pair(n, factor)  one pair of a 4-bit format, elements j and j + 4
-//       of a word or the nibbles at bits 0-3 and 16-19 (nibble_pair_stride4, byte_nibbles): the
-//       Hopper engine, whose threads hold single pairs of several words, each pair exact for every
-//       scale code (MX: the value times the block's 2^k, see MxCodec).
+//       of a word or the nibbles at bits 0-3 and 16-19 (nibble_pair_stride4, byte_nibbles);
+//       half_pair(word, half, factor) one pair of an 8-bit format, elements 2 half and 2 half + 1
+//       (word_pairs: both):
+//       the Hopper engine, whose threads hold single pairs of several words, each pair exact for
+//       every scale code (MX: the value times the block's 2^k, see MxCodec).
 // factor_pair<kHalf>(codes) makes the Factor of each of two blocks whose codes are the bytes of
 // half-word kHalf.
 #pragma once
@@ -211,6 +213,19 @@ struct OperandCodec<OperandFormat::Mxfp4> : MxCodec<4, 126, 1> {
 // are all ones, and become bf16 NaN.
 template <>
 struct OperandCodec<OperandFormat::Mxfp8> : MxCodec<8, 120, 7> {
+  // Elements 2 half, 2 half + 1 of a word (its half-word `half`, converted in place by the hardware:
+  // exact, 0x7F / 0xFF NaN) times the block's 2^k: consecutive pairs, for the Hopper engine.
+  __device__ __forceinline__ static uint32_t half_pair(uint32_t word, int half, const Factor& f) {
+    const Bf16x2 value = __float22bfloat162_rn(__half22float2(half ? e4m3x2_half2<1>(word) : e4m3x2_half2<0>(word)));
+    return pair_bits(__hmul2(value, f));
+  }
+  // Both of a word's pairs (half_pair of each half), both converted before either is scaled.
+  __device__ __forceinline__ static void word_pairs(uint32_t word, const Factor& f, uint32_t (&pairs)[2]) {
+    Bf16x2 values[2];
+    dequant_e4m3x4<__nv_bfloat16>(word, values);
+    pairs[0] = pair_bits(__hmul2(values[0], f));
+    pairs[1] = pair_bits(__hmul2(values[1], f));
+  }
   template <bool kRest = false>
   __device__ __forceinline__ static void decode(uint32_t word, const Factors& f, int, uint32_t (&pairs)[2]) {
     const uint32_t placed[2] = {((word << 8) & 0x80008000u) | ((word << 4) & 0x07F007F0u),

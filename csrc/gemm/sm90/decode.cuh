@@ -17,14 +17,12 @@ namespace fp4_gemm::sm90 {
 
 // ---- operand decoding ---------------------------------------------------------------------------
 //
-// Every format's block factors come from its OperandCodec (operand_codec.cuh: factor_pair, two
-// blocks per conversion, in the Factor the codec's single pairs take), and the 4-bit formats decode
-// through it one pair at a time (stride4_pair, pair); the decoded value is the true one times
-// 2^-kUnbiasExponent (NVFP4: 2^-7), which the epilogue multiplies back (config.cuh, true_sum).
-// MXFP8 elements take the hardware conversion (E4M3 to f16x2, exact) in consecutive pairs, an E4M3
-// pair being one half-word in place, times the codec's Factor (the block's 2^k in bf16); the
-// codec's chunk decode pairs E4M3 bytes (0, 2), (1, 3), an order the engine's tiles do not use.
-// Exactness: docs/FORMATS.md and operand_codec.cuh.
+// Every operand decodes through its format's OperandCodec (operand_codec.cuh) one pair at a time,
+// each pair times its block's Factor (factor_pair: two blocks per conversion): 4-bit formats pair
+// elements j and j + 4 of a word (stride4_pair) or a byte's two (pair), 8-bit formats a half-word's
+// two (half_pair, word_pairs). The decoded value is the true one times 2^-kUnbiasExponent (NVFP4:
+// 2^-7), which the epilogue multiplies back (config.cuh, true_sum). Exactness: docs/FORMATS.md and
+// operand_codec.cuh.
 
 // The factor a pair of format F takes: its codec's Factor of one block.
 template <OperandFormat F>
@@ -72,15 +70,15 @@ __device__ __forceinline__ void load_a_rows(const uint8_t* tile, const uint8_t* 
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const uint8_t* src = tile + (row + 8 * r) * Config::kRowBytesA;
-    if constexpr (kFormat == OperandFormat::Mxfp8) {
+    if constexpr (OperandCodec<kFormat>::kElementBits == 8) {
       const uint4 bytes = *reinterpret_cast<const uint4*>(src + 16 * q);
       const uint32_t words[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
-        Bf16x2 two_values[2];
-        dequant_e4m3x4<__nv_bfloat16>(words[w], two_values);
-        pairs[r][2 * w] = pair_bits(__hmul2(two_values[0], factor[r]));
-        pairs[r][2 * w + 1] = pair_bits(__hmul2(two_values[1], factor[r]));
+        uint32_t two[2];
+        OperandCodec<kFormat>::word_pairs(words[w], factor[r], two);
+        pairs[r][2 * w] = two[0];
+        pairs[r][2 * w + 1] = two[1];
       }
     } else {
       const uint2 bytes = *reinterpret_cast<const uint2*>(src + 8 * q);
@@ -117,11 +115,12 @@ __device__ __forceinline__ void load_a_row_natural(const uint8_t* tile, const ui
   for (int pair = 0; pair < 8; ++pair) {  // pair = 2s + h: elements 16s + 8h + 2q + {0, 1}
     const int block = (8 * pair) / kGroup;
     const PairFactor<kFormat>& factor = block < 2 ? first[block] : second[block - 2];
-    if constexpr (kFormat == OperandFormat::Mxfp8) {
-      Bf16x2 two[2];  // bytes 8 * pair + 2q, + 1: half-word q % 2 of word 2 * pair + q / 2
+    if constexpr (OperandCodec<kFormat>::kElementBits == 8) {
+      // bytes 8 * pair + 2q, + 1: half-word q % 2 of word 2 * pair + q / 2
       const uint32_t word = q < 2 ? words[2 * pair] : words[2 * pair + 1];  // static indices: registers
-      dequant_e4m3x4<__nv_bfloat16>(word >> (16 * (q % 2)), two);
-      pairs[pair] = pair_bits(__hmul2(two[0], factor));
+      uint32_t two[2];
+      OperandCodec<kFormat>::word_pairs(word >> (16 * (q % 2)), factor, two);
+      pairs[pair] = two[0];
     } else {  // byte q of word pair: nibbles 2q, 2q + 1
       pairs[pair] = OperandCodec<kFormat>::pair(byte_nibbles(words[pair], byte_q), factor);
     }
@@ -241,7 +240,7 @@ __device__ __forceinline__ void b_row_factors(uint32_t row_codes, uint32_t selec
 // Chunk c of a B row (`words`: the row's packed K tile) in bf16, factors applied. `word_c` is c
 // with a consumer's runtime part (sub, b_chunk_offsets) taken off: it picks the words, and must be a
 // constant once unrolled so that they stay registers (c / 2 and c / 4 do not depend on sub < 2).
-//   MXFP8: elements 16q + 2c + {0, 1} are half-word c % 2 of word 4q + c / 2, converted in place.
+//   8-bit: elements 16q + 2c + {0, 1} are half-word c % 2 of word 4q + c / 2 (half_pair).
 //   4-bit: pair c of q lives in word 2q + c / 4 (elements 16q + 8(c / 4) ..), its elements c % 4 and
 //   c % 4 + 4: the codec's stride4_pair.
 template <class Config>
@@ -252,10 +251,8 @@ __device__ __forceinline__ uint4 decode_b_chunk(const uint32_t* words, const Pai
   uint32_t* o = reinterpret_cast<uint32_t*>(&out);
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
-    if constexpr (kFormat == OperandFormat::Mxfp8) {
-      const uint32_t word = words[4 * q + word_c / 2];
-      const Bf16x2 value = __float22bfloat162_rn(__half22float2(c % 2 ? e4m3x2_half2<1>(word) : e4m3x2_half2<0>(word)));
-      o[q] = pair_bits(__hmul2(value, scale[q]));
+    if constexpr (OperandCodec<kFormat>::kElementBits == 8) {
+      o[q] = OperandCodec<kFormat>::half_pair(words[4 * q + word_c / 2], c % 2, scale[q]);
     } else {
       o[q] = OperandCodec<kFormat>::stride4_pair(words[2 * q + word_c / 4], c % 4, scale[q]);
     }
