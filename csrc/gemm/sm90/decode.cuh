@@ -23,10 +23,35 @@ namespace fp4_gemm::sm90 {
 // two (half_pair, word_pairs). The decoded value is the true one times 2^-kUnbiasExponent (NVFP4:
 // 2^-7), which the epilogue multiplies back (config.cuh, true_sum). Exactness: docs/FORMATS.md and
 // operand_codec.cuh.
+//
+// E0M3 alone keeps the engine's own sequences (the codec's fused multiply-add measured 1.02-1.10x
+// slower here: docs/PERFORMANCE.md, rejected ideas): A as values, (128 + m) - 128 = m and the sign
+// (decode_e0m3_pair), times s; B as the bit pattern m * 2^-129 (decode_b_chunk) times 2^126 times
+// s * 2^3. Both factors are UE4M3 conversions (ue4m3x2_bf16x2); every product is exact.
 
-// The factor a pair of format F takes: its codec's Factor of one block.
+// The factor a pair of format F takes: its codec's Factor of one block (E0M3: s, or s * 2^3 for B).
 template <OperandFormat F>
-using PairFactor = typename OperandCodec<F>::Factor;
+struct PairFactorOf {
+  using Type = typename OperandCodec<F>::Factor;
+};
+template <>
+struct PairFactorOf<OperandFormat::E0m3> {
+  using Type = Bf16x2;
+};
+template <OperandFormat F>
+using PairFactor = typename PairFactorOf<F>::Type;
+
+// The factors of two blocks of A whose codes are bytes 0 and 1 of `codes`.
+template <OperandFormat kFormat>
+__device__ __forceinline__ void a_factor_pair(uint32_t codes, PairFactor<kFormat> (&f)[2]) {
+  if constexpr (kFormat == OperandFormat::E0m3) {
+    const Bf16x2 two = ue4m3x2_bf16x2<0>(codes);
+    f[0] = __low2bfloat162(two);
+    f[1] = __high2bfloat162(two);
+  } else {
+    OperandCodec<kFormat>::factor_pair(codes, f);
+  }
+}
 
 // A K tile's scale codes of one row: the row's four code bytes of the tile's SfAtom column, shifted
 // to the tile's first block (32-element blocks: columns 2 and 3 for odd tiles) and masked to the
@@ -65,7 +90,7 @@ __device__ __forceinline__ void load_a_rows(const uint8_t* tile, const uint8_t* 
   const uint32_t two = __byte_perm(codes(scale_word(scales, sf_row0 + row)),
                                    codes(scale_word(scales, sf_row0 + row + 8)), block | ((block + 4) << 4));
   PairFactor<kFormat> factor[2];
-  OperandCodec<kFormat>::factor_pair(two, factor);
+  a_factor_pair<kFormat>(two, factor);
   uint32_t* pairs[2] = {top, bottom};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -84,7 +109,13 @@ __device__ __forceinline__ void load_a_rows(const uint8_t* tile, const uint8_t* 
       const uint2 bytes = *reinterpret_cast<const uint2*>(src + 8 * q);
 #pragma unroll
       for (int pair = 0; pair < 8; ++pair) {
-        pairs[r][pair] = OperandCodec<kFormat>::stride4_pair(pair < 4 ? bytes.x : bytes.y, pair % 4, factor[r]);
+        const uint32_t word = pair < 4 ? bytes.x : bytes.y;
+        if constexpr (kFormat == OperandFormat::E0m3) {
+          const Bf16x2 value = decode_e0m3_pair<__nv_bfloat16>(nibble_pair_stride4(word, pair % 4));
+          pairs[r][pair] = pair_bits(__hmul2(value, factor[r]));
+        } else {
+          pairs[r][pair] = OperandCodec<kFormat>::stride4_pair(word, pair % 4, factor[r]);
+        }
       }
     }
   }
@@ -101,8 +132,8 @@ __device__ __forceinline__ void load_a_row_natural(const uint8_t* tile, const ui
   const uint32_t row_codes = codes(scale_word(scales, sf_row0 + row));
   // Blocks 0, 1 and (16-element blocks) 2, 3 of the tile.
   PairFactor<kFormat> first[2], second[2];
-  OperandCodec<kFormat>::factor_pair(row_codes, first);
-  if constexpr (kGroup == 16) OperandCodec<kFormat>::factor_pair(row_codes >> 16, second);
+  a_factor_pair<kFormat>(row_codes, first);
+  if constexpr (kGroup == 16) a_factor_pair<kFormat>(row_codes >> 16, second);
   const uint32_t byte_q = byte_nibbles_selector(uint32_t(q));
   constexpr int kWords = Config::kRowBytesA / 4;
   uint32_t words[kWords];
@@ -122,7 +153,12 @@ __device__ __forceinline__ void load_a_row_natural(const uint8_t* tile, const ui
       OperandCodec<kFormat>::word_pairs(word >> (16 * (q % 2)), factor, two);
       pairs[pair] = two[0];
     } else {  // byte q of word pair: nibbles 2q, 2q + 1
-      pairs[pair] = OperandCodec<kFormat>::pair(byte_nibbles(words[pair], byte_q), factor);
+      const uint32_t n = byte_nibbles(words[pair], byte_q);
+      if constexpr (kFormat == OperandFormat::E0m3) {
+        pairs[pair] = pair_bits(__hmul2(decode_e0m3_pair<__nv_bfloat16>(n), factor));
+      } else {
+        pairs[pair] = OperandCodec<kFormat>::pair(n, factor);
+      }
     }
   }
 }
@@ -226,8 +262,14 @@ __device__ __forceinline__ void b_row_factors(uint32_t row_codes, uint32_t selec
   if constexpr (block_size(kFormat) == 16) {
     const uint32_t codes = row_codes & select;
     PairFactor<kFormat> first[2], second[2];
-    OperandCodec<kFormat>::template factor_pair<0>(codes, first);
-    OperandCodec<kFormat>::template factor_pair<1>(codes, second);
+    if constexpr (kFormat == OperandFormat::E0m3) {  // s * 2^3 (see "operand decoding")
+      const Bf16x2 two[2] = {ue4m3x2_bf16x2<3, 0>(codes), ue4m3x2_bf16x2<3, 1>(codes)};
+      first[0] = __low2bfloat162(two[0]), first[1] = __high2bfloat162(two[0]);
+      second[0] = __low2bfloat162(two[1]), second[1] = __high2bfloat162(two[1]);
+    } else {
+      OperandCodec<kFormat>::template factor_pair<0>(codes, first);
+      OperandCodec<kFormat>::template factor_pair<1>(codes, second);
+    }
     scale[0] = first[0], scale[1] = first[1], scale[2] = second[0], scale[3] = second[1];
   } else {
     PairFactor<kFormat> two[2];
@@ -242,7 +284,8 @@ __device__ __forceinline__ void b_row_factors(uint32_t row_codes, uint32_t selec
 // constant once unrolled so that they stay registers (c / 2 and c / 4 do not depend on sub < 2).
 //   8-bit: elements 16q + 2c + {0, 1} are half-word c % 2 of word 4q + c / 2 (half_pair).
 //   4-bit: pair c of q lives in word 2q + c / 4 (elements 16q + 8(c / 4) ..), its elements c % 4 and
-//   c % 4 + 4: the codec's stride4_pair.
+//   c % 4 + 4: the codec's stride4_pair (E0M3: s.mmm placed by stride4_patterns with mmm at the top
+//   of the mantissa, a subnormal m * 2^-129; times 2^126 and s * 2^3 that is m * s, exactly).
 template <class Config>
 __device__ __forceinline__ uint4 decode_b_chunk(const uint32_t* words, const PairFactor<Config::kFormatB> (&scale)[4],
                                                 int c, int word_c) {
@@ -253,6 +296,10 @@ __device__ __forceinline__ uint4 decode_b_chunk(const uint32_t* words, const Pai
   for (int q = 0; q < 4; ++q) {
     if constexpr (OperandCodec<kFormat>::kElementBits == 8) {
       o[q] = OperandCodec<kFormat>::half_pair(words[4 * q + word_c / 2], c % 2, scale[q]);
+    } else if constexpr (kFormat == OperandFormat::E0m3) {  // s.mmm: mmm at the top of the mantissa
+      const Bf16x2 pattern = pair_from_bits<__nv_bfloat16>(stride4_patterns<4>(words[2 * q + word_c / 4], c % 4));
+      const Bf16x2 value = __hmul2(pattern, pair_from_bits<__nv_bfloat16>(Pair<__nv_bfloat16>::kE2M1Unbias));
+      o[q] = pair_bits(__hmul2(value, scale[q]));
     } else {
       o[q] = OperandCodec<kFormat>::stride4_pair(words[2 * q + word_c / 4], c % 4, scale[q]);
     }
