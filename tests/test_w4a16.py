@@ -132,12 +132,17 @@ def test_standard_layout_gemv_is_the_nvfp4_gemm_at_one_row(fp4):
 
 
 @pytest.mark.parametrize("b_format", ["nvfp4", "mxfp4"])
-def test_dispatch_gives_w4a16_of_17_to_256_rows_to_the_swapped_engine_where_it_measured_faster(fp4, b_format):
-    """Every weight from 17 to 256 rows (docs/PERFORMANCE.md); the skinny tier keeps 16 rows and fewer."""
-    for m, n in [(17, 4096), (64, 8192), (64, 17408), (128, 12288), (256, 17408)]:
+def test_dispatch_gives_w4a16_of_9_to_256_rows_to_the_swapped_engine_where_it_measured_faster(fp4, b_format):
+    """Every weight from 9 to 256 rows (docs/PERFORMANCE.md); the skinny tier keeps 8 rows and fewer."""
+    for m, n in [(9, 4096), (16, 17408), (17, 4096), (64, 8192), (64, 17408), (128, 12288), (256, 17408)]:
         assert dispatched(fp4, 90, "bf16", b_format, m=m, n=n) == "sm90_swap_ab", f"{m=} {n=}"
-    for m, n in [(16, 4096), (16, 17408), (257, 4096)]:
+    for m, n in [(1, 4096), (8, 17408), (257, 4096)]:
         assert dispatched(fp4, 90, "bf16", b_format, m=m, n=n) != "sm90_swap_ab", f"{m=} {n=}"
+
+
+@pytest.mark.parametrize("variant", [3, 4])
+def test_a_named_skinny_kernel_keeps_w4a16_of_9_to_16_rows(fp4, variant):
+    assert dispatched(fp4, 90, "bf16", "nvfp4", m=12, variant=variant) == "skinny"
 
 
 @pytest.mark.parametrize("kind", [{"bias": torch.bfloat16}, {"activation": "gelu"}, {"variant": 2}])

@@ -27,9 +27,11 @@ import sys
 from pathlib import Path
 
 INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(.*?);", re.MULTILINE)
-# A kernel in an anonymous namespace carries a hash of its translation unit that changes from build
-# to build: named by its source file instead.
-ANONYMOUS = re.compile(r"\d+_GLOBAL__N__[0-9a-f]+_\d+_(\w+?)_cu_[0-9a-f]+_\d+")
+# A kernel in an anonymous namespace carries hashes of its translation unit and of the path it was
+# compiled from, which change from build to build and checkout to checkout: named by its source file
+# instead. After the file name come 8 hex digits, then either the next name's length or an
+# underscore and a number that runs into it (taken whole: the same in both builds).
+ANONYMOUS = re.compile(r"\d+_GLOBAL__N__[0-9a-f]+_\d+_(\w+?)_cu_[0-9a-f]{8}(?:_\d+)?")
 
 
 def cuda_binary_tool(name: str) -> str:

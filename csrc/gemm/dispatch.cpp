@@ -38,10 +38,13 @@ bool register_stream_beats_engine(const GemmProblem& p) {
   return weight_tiles * token_tiles <= limit;
 }
 
-// 17 to 256 rows of W4A16 (bf16 activations, a 4-bit weight), dense, on sm_90: the engine with the
+// 9 to 256 rows of W4A16 (bf16 activations, a 4-bit weight), dense, on sm_90: the engine with the
 // roles swapped (sm90_swap_ab: the weight decoded into wgmma's register fragments, the activation rows
 // as its narrow TMA-fed tile) beat the engine's own tiles and the register-streaming kernel at every
-// measured M and weight (docs/PERFORMANCE.md). A caller that names a tile or kernel (variant) gets it.
+// measured M from 17 and weight, and the M <= 16 tier at 12 and 16 rows; from 9 rows that tier runs
+// two 8-row token tiles, its 12-row cost, while the swapped tile is 16 rows wide from 1 to 16
+// (docs/PERFORMANCE.md). A caller that names a tile or kernel (variant) gets it.
+constexpr int64_t kSwapAbMinRows = 9;
 constexpr int64_t kSwapAbMaxRows = 256;
 
 bool swap_ab_beats_engine(const GemmProblem& p) { return p.variant == kVariantAuto; }
@@ -52,6 +55,10 @@ using O = OperandRule;
 
 // The policy, read top to bottom: the first row that matches the problem and whose backend serves it.
 const std::vector<DispatchRow> kDispatchTable = {
+    {"sm90_swap_ab", A::Hopper, G::Dense, kSwapAbMinRows, kSkinnyMaxRows, O::Bf16Activations,
+     &swap_ab_beats_engine, "swap_ab_beats_engine",
+     "W4A16 of 9 to 16 rows: the swapped tile beat the M <= 16 tier's two token tiles",
+     "h100-gemm-w4a16-small-m.json"},
     {"skinny", A::Any, G::Any, 1, kSkinnyMaxRows, O::Any, nullptr, "",
      "at most 16 rows a weight: the weight streamed once at memory bandwidth beats any tile",
      "h200-gemm-skinny.json"},
