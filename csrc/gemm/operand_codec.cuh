@@ -21,9 +21,9 @@
 //   stride4_pair(word, j, factor), pair(n, factor)  one pair of a 4-bit format, elements j and j + 4
 //       of a word or the nibbles at bits 0-3 and 16-19 (nibble_pair_stride4, byte_nibbles);
 //       half_pair(word, half, factor) one pair of an 8-bit format, elements 2 half and 2 half + 1
-//       (word_pairs: both):
-//       the Hopper engine, whose threads hold single pairs of several words, each pair exact for
-//       every scale code (MX: the value times the block's 2^k, see MxCodec).
+//       (word_pairs: both): the Hopper engine, whose threads hold single pairs of several words,
+//       each pair exact for every scale code (MX: the value times the block's 2^k, see MxCodec).
+//       E0M3's stride4_pair serves its chunk decode only: the engine keeps its own E0M3 sequences.
 // factor_pair<kHalf>(codes) makes the Factor of each of two blocks whose codes are the bytes of
 // half-word kHalf.
 #pragma once
@@ -99,21 +99,9 @@ struct OperandCodec<OperandFormat::E0m3> {
     Bf16x2 s;       // s of blocks 0 and 1
     Bf16x2 offset;  // -128 s of blocks 0 and 1
   };
-  template <int kHalf = 0>
   __device__ __forceinline__ static Factors factors(uint32_t codes) {
-    const float2 s = __half22float2(e4m3x2_half2<kHalf>(codes));
+    const float2 s = __half22float2(e4m3x2_half2(codes));
     return {__floats2bfloat162_rn(s.x, s.y), __floats2bfloat162_rn(-128.0f * s.x, -128.0f * s.y)};
-  }
-  template <int kHalf = 0>
-  __device__ __forceinline__ static void factor_pair(uint32_t codes, Factor (&f)[2]) {
-    const Factors two = factors<kHalf>(codes);
-    f[0] = {__low2bfloat162(two.s), __low2bfloat162(two.offset)};
-    f[1] = {__high2bfloat162(two.s), __high2bfloat162(two.offset)};
-  }
-  // n: the magnitudes at bits 0-2 and 16-18, the signs at bits 3 and 19 (other bits ignored).
-  __device__ __forceinline__ static uint32_t pair(uint32_t n, const Factor& f) {
-    const Bf16x2 biased = pair_from_bits<__nv_bfloat16>((n & 0x00070007u) | Pair<__nv_bfloat16>::kIntegerBase);
-    return pair_bits(__hfma2(biased, f.s, f.offset)) ^ ((n << 12) & 0x80008000u);
   }
   __device__ __forceinline__ static uint32_t stride4_pair(uint32_t word, int j, const Factor& f) {
     const Bf16x2 biased =

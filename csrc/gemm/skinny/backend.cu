@@ -236,9 +236,9 @@ int64_t max_units(const GemmProblem& p, int64_t row_blocks) {
 }
 
 // The K split: the knob where the variant names this kernel or the one it stands in for (at most one
-// slice per stage, and only where one cluster of it fits on an SM's resources), else the largest split whose CTAs all fit on
-// the device at once (one wave), each slice at least one stage; when even one CTA per unit does not
-// fit, the grid is persistent.
+// slice per stage, and only where one cluster of it fits on an SM's resources), else the largest
+// split whose CTAs all fit on the device at once (one wave), each slice at least one stage; when even
+// one CTA per unit does not fit, the grid is persistent.
 Plan make_plan(const GemmProblem& p, int lanes) {
   Plan plan{};
   plan.token_tiles = max_unit_rows(p) <= kTileTokens ? 1 : 2;

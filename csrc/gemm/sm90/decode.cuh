@@ -21,8 +21,9 @@ namespace fp4_gemm::sm90 {
 // each pair times its block's Factor (factor_pair: two blocks per conversion): 4-bit formats pair
 // elements j and j + 4 of a word (stride4_pair) or a byte's two (pair), 8-bit formats a half-word's
 // two (half_pair, word_pairs). The decoded value is the true one times 2^-kUnbiasExponent (NVFP4:
-// 2^-7), which the epilogue multiplies back (config.cuh, true_sum). Exactness: docs/FORMATS.md and
-// operand_codec.cuh.
+// 2^-7), which the epilogue multiplies back (config.cuh, true_sum): the float32 products of two NVFP4
+// operands are the true ones times 2^-14, all multiples of 2^-34 and never subnormal, so they
+// accumulate as the true values do. Exactness of each decode: docs/FORMATS.md, operand_codec.cuh.
 //
 // E0M3 alone keeps the engine's own sequences (the codec's fused multiply-add measured 1.02-1.10x
 // slower here: docs/PERFORMANCE.md, rejected ideas): A as values, (128 + m) - 128 = m and the sign
