@@ -25,8 +25,8 @@ namespace fp4_gemm::sm90 {
 // operands are the true ones times 2^-14, all multiples of 2^-34 and never subnormal, so they
 // accumulate as the true values do. Exactness of each decode: docs/FORMATS.md, operand_codec.cuh.
 //
-// E0M3 alone keeps the engine's own sequences (the codec's fused multiply-add measured 1.02-1.10x
-// slower here: docs/PERFORMANCE.md, rejected ideas): A as values, (128 + m) - 128 = m and the sign
+// E0M3 alone keeps the engine's own sequences (the codec's fused multiply-add measured slower here:
+// docs/PERFORMANCE.md, rejected ideas): A as values, (128 + m) - 128 = m and the sign
 // (decode_e0m3_pair), times s; B as the bit pattern m * 2^-129 (decode_b_chunk) times 2^126 times
 // s * 2^3. Both factors are UE4M3 conversions (ue4m3x2_bf16x2); every product is exact.
 
