@@ -30,7 +30,7 @@ INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(.*?);", re.MULTILINE)
 # A kernel in an anonymous namespace carries hashes of its translation unit and of the path it was
 # compiled from, which change from build to build and checkout to checkout: named by its source file
 # instead. After the file name come 8 hex digits, then either the next name's length or an
-# underscore and a number that runs into it (taken whole: the same in both builds).
+# underscore and a counter that differs between builds and runs into that length: taken whole.
 ANONYMOUS = re.compile(r"\d+_GLOBAL__N__[0-9a-f]+_\d+_(\w+?)_cu_[0-9a-f]{8}(?:_\d+)?")
 
 
