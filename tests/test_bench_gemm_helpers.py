@@ -338,8 +338,9 @@ def test_backend_column_shows_the_composition_from_1024_rows(fp4, fmt):
     ours = gemm_peers.ours_for(fmt, "dense_gemm")
     for n, k in gemm_peers.SHAPES:
         got = {m: gemm_peers.dispatched_backend(fp4, fmt, ours, m, n, k, 90) for m in (16, 256, 1024, 4096)}
-        engine = "sm90_swap_ab" if fmt.startswith("w4a16") else "sm90_engine"  # W4A16's swapped engine
-        assert got == {16: "skinny", 256: engine, 1024: "composition", 4096: "composition"}, f"{n=} {k=}"
+        w4a16 = fmt.startswith("w4a16")  # the swapped engine from 9 rows
+        engine, small = ("sm90_swap_ab", "sm90_swap_ab") if w4a16 else ("sm90_engine", "skinny")
+        assert got == {16: small, 256: engine, 1024: "composition", 4096: "composition"}, f"{n=} {k=}"
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 256, 512), (64, 384, 256), (300, 256, 1024)])

@@ -39,14 +39,22 @@ ARCHS = tuple(compute_capability(cap) for cap in build_capabilities())  # 90, 10
 # ---- which problems the skinny kernels serve (host-side predicate: runs without a GPU) ----------
 
 
+def m16_tier_backend(fp4, cc: int, pair: tuple[str, str], m: int, activation: str) -> str:
+    """The skinny tier, but for W4A16 of 9 to 16 rows with 4-bit weights and no epilogue on sm_90,
+    which dispatch gives the swapped engine where the build has it (docs/PERFORMANCE.md)."""
+    swapped = cc == 90 and pair in (("bf16", "nvfp4"), ("bf16", "mxfp4")) and m >= 9 and activation == "none"
+    return "sm90_swap_ab" if swapped and "sm90_swap_ab" in fp4.ops.gemm_backend_names() else "skinny"
+
+
 @pytest.mark.parametrize("cc", ARCHS)
 @pytest.mark.parametrize("pair", OPERAND_PAIRS + W4A16_PAIRS, ids="-".join)
-def test_skinny_serves_every_dense_problem_of_up_to_16_rows_on_every_arch(fp4, cc, pair):
+def test_skinny_serves_every_dense_problem_of_up_to_16_rows_on_every_arch_but_w4a16_from_9_on_sm90(fp4, cc, pair):
     for m in range(1, 17):
         for activation in ("none", "gelu", "relu2"):
             for out_format in ("bf16", "fp16"):
                 got = dispatched(fp4, cc, *pair, m=m, activation=activation, out_format=out_format, unbuilt=True)
-                assert got == "skinny", f"M={m} {activation} {out_format}: {got!r}"
+                expected = m16_tier_backend(fp4, cc, pair, m, activation)
+                assert got == expected, f"M={m} {activation} {out_format}: {got!r}"
 
 
 @pytest.mark.parametrize("schedule", ["auto", "streamk"])
