@@ -462,6 +462,41 @@ def test_64_row_tile_stream_k_runs_are_bitwise_equal(fp4, ref, fmt, shape):
     assert_within_bound(whole, a_dq @ b_dq.T, a_dq, b_dq, f"64-row tile {fmt} {shape} whole tiles")
 
 
+# (rows, n, k, variant, SMs): a grid of `SMs` CTAs over more than a wave of tiles that do not fill
+# their last one, so stream-K splits only the last wave's tiles (or, where that wave holds few, the
+# last two waves') and the CTAs take the others whole before them (scheduler.cuh): 24 tiles of
+# 128 x 256 on 7 SMs; 51 on 25 SMs, the last two waves split; 64 tiles of 64 x 256 on 30 SMs, and on
+# 60 SMs, where 4 split tiles of 15 CTAs each spread their fix-up
+WHOLE_THEN_SPLIT = [
+    (384, 2048, 4096, -1, 7),
+    (320, 4352, 5120, -1, 25),
+    (256, 4096, 7168, SHORT_TILE, 30),
+    (256, 4096, 7168, SHORT_TILE, 60),
+]
+
+
+@requires_arch(90)
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp8", "bf16"])
+@pytest.mark.parametrize("case", WHOLE_THEN_SPLIT, ids=lambda c: "x".join(map(str, c[:3])) + f"-sms{c[4]}")
+def test_whole_tiles_before_split_ones_are_within_the_bound_and_reproducible(fp4, ref, fmt, case):
+    m, n, k, variant, sms = case
+    mode = HALOPS_MODES["nvfp4" if fmt == "bf16" else fmt]
+    (a, b, sfa, sfb), a_dq, b_dq = halops_operands(fp4, ref, mode, m, n, k)
+    a_format = fmt
+    if fmt == "bf16":  # bf16 activations, NVFP4 weights (the W4A16 row above 256 rows)
+        a, sfa, a_dq, b_format = a_dq.to(torch.bfloat16), None, a_dq.to(torch.bfloat16).double(), "nvfp4"
+    else:
+        b_format = fmt
+    runs = []
+    for _ in range(4):
+        out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
+        engine_gemm(fp4, a, b, sfa, sfb, a_format, b_format, out, variant=variant, sm_count=sms)
+        runs.append(out)
+    assert_within_bound(runs[0], a_dq @ b_dq.T, a_dq, b_dq, f"{fmt} {case}")
+    for i, out in enumerate(runs[1:], 1):
+        assert_bitwise_equal(out, runs[0], f"{fmt} {case} run {i}")
+
+
 @requires_arch(90)
 def test_64_row_tile_replays_in_a_cuda_graph(fp4, ref):
     m, n, k = 64, 4352, 5120  # stream-K: the flags' reset is part of the graph

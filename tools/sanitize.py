@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 MODES = {"nvfp4": "w4a4-nvfp4", "mxfp4": "w4a4-mxfp4", "mxfp8": "w8a8-mxfp8"}
 N, K = 256, 4096
 # knobs that pick a kernel or a schedule inside a backend (docs/API.md): the skinny tier's staged (3)
-# and register-streaming (4) kernels with their cluster K splits, the engine's tiles and stream-K
+# and register-streaming (4) kernels with their cluster K splits, the engine's tiles and stream-K (on
+# 3 SMs, 1024 rows: whole tiles before the split ones)
 KNOBS = [
     {},
     {"variant": 3, "splits": 1},
@@ -40,6 +41,7 @@ KNOBS = [
     {"variant": 1},
     {"variant": 2},
     {"schedule": "streamk"},
+    {"sm_count": 3},
 ]
 
 

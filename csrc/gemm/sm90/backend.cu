@@ -136,9 +136,9 @@ TileShape tile_shape(const GemmProblem& p) {
 // one CTA per SM. Stream-K pays for its partial-tile fix-up only where whole tiles would leave their
 // waves less than kWholeTileFillPercent full and there are few waves to spread that over; the
 // streamk schedule asks for it always. Whole tiles in tile order have a wave's CTAs on neighbouring
-// tiles at the same K offset, sharing A's and B's tiles in L2; stream-K's CTAs sit each at its own
-// K offset, spread over the whole output, so they lose that sharing (docs/PERFORMANCE.md,
-// kWholeTileFillPercent).
+// tiles at the same K offset, sharing A's and B's tiles in L2; stream-K's split tiles sit each at its
+// own K offset, spread over the output, so they lose that sharing (docs/PERFORMANCE.md,
+// kWholeTileFillPercent), and stream-K splits only the last waves' tiles.
 // A tile of fewer than kStreamKMinKTiles K tiles (K < 512) runs whole in any case: its walk is too
 // short to share, and whole tiles need no partial-tile fix-up and no flags, whose clearing is one
 // more launch.
@@ -148,7 +148,21 @@ constexpr int64_t kStreamKMinKTiles = 8;
 struct WorkSplit {
   int64_t ctas;
   bool stream_k;
+  int64_t whole_tiles;  // Dense: the tiles CTAs take whole before the split ones (scheduler.cuh)
 };
+
+// Stream-K over more than a wave of tiles splits only the last wave's tiles; the CTAs take the tiles
+// before them whole (scheduler.cuh), a wave's CTAs on neighbouring tiles at one K offset as without
+// stream-K. Where the last wave holds fewer than 1 / kFewSplitTilesFraction of the SMs' tiles, each
+// of its tiles would be split between kFewSplitTilesFraction CTAs or more, so the last two waves'
+// tiles are split instead (docs/PERFORMANCE.md, kFewSplitTilesFraction).
+constexpr int64_t kFewSplitTilesFraction = 16;
+
+int64_t whole_tiles_before_split(int64_t tiles, int64_t sms) {
+  const int64_t full_waves = tiles / sms, last_wave = tiles % sms;
+  const int64_t split_waves = last_wave * kFewSplitTilesFraction < sms ? 2 : 1;
+  return full_waves >= split_waves ? (full_waves - (split_waves - 1)) * sms : 0;
+}
 
 // A grouped problem's tile count is known on the device only; the persistent CTAs walk what there is.
 // This bounds it: each group's rows in whole 128-row tiles; valid contiguous ids (each expert's rows
@@ -161,7 +175,7 @@ int64_t grouped_tile_bound(const GemmProblem& p, const TileShape& tile) {
 
 WorkSplit work_split(const GemmProblem& p, const TileShape& tile) {
   if (p.grouping != Grouping::Dense) {
-    return {std::max<int64_t>(1, std::min(grouped_tile_bound(p, tile), sm_count(p))), false};
+    return {std::max<int64_t>(1, std::min(grouped_tile_bound(p, tile), sm_count(p))), false, 0};
   }
   const int64_t tiles = ceil_div(p.m, tile.rows) * ceil_div(p.n, tile.width);
   const int64_t k_tiles = ceil_div(p.k, 64);
@@ -169,8 +183,8 @@ WorkSplit work_split(const GemmProblem& p, const TileShape& tile) {
   const int64_t sms = sm_count(p);
   const bool part_filled = tiles * 100 < ceil_div(tiles, sms) * sms * kWholeTileFillPercent;
   const bool uneven = part_filled && tiles < 8 * sms && k_tiles >= kStreamKMinKTiles;
-  if (p.schedule != Schedule::StreamK && !uneven) return {tiles, false};
-  return {units < sms ? units : sms, true};
+  if (p.schedule != Schedule::StreamK && !uneven) return {tiles, false, tiles};
+  return {units < sms ? units : sms, true, units < sms ? 0 : whole_tiles_before_split(tiles, sms)};
 }
 
 // B is dequantized once into a bf16 scratch matrix (BSource::Bf16) when at least this many 128-row
@@ -275,6 +289,7 @@ void launch(const GemmProblem& p, const Scratch& layout, cudaStream_t stream) {
   schedule.m_tiles = ceil_div(p.m, Config::kBlockM);
   const WorkSplit split = work_split(p, {Config::kBlockM, Config::kBlockN});
   schedule.units = schedule.m_tiles * schedule.n_tiles * schedule.k_tiles;
+  schedule.whole_tiles = split.whole_tiles;
   // Contiguous: the spans into the scratch (2 * groups int32 at layout.spans), found before the GEMM,
   // or by the kernel's blocks.
   schedule.groups =

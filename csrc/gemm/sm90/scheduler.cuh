@@ -3,15 +3,17 @@
 // the same scheduler and see the same sequence. One type per Grouping (problem.h), as DeepGEMM's
 // Scheduler<kGemmType>:
 //
-//   Dense       units are (output tile, K tile) pairs, tile-major. CTA c of G takes the contiguous
-//               units [c U / G, (c + 1) U / G). With G = tiles that is one whole tile per CTA (data
-//               parallel); with G = the SM count it is stream-K: no wave is left part-empty, and a
-//               tile may be split between neighbouring CTAs. Then the CTA holding the tile's first K
+//   Dense       units are (output tile, K tile) pairs, tile-major. The first W tiles go whole:
+//               CTA c of G takes tiles c, c + G, c + 2G, ... below W (persistent, a wave's CTAs on
+//               neighbouring tiles; the next tile's loads overlap the previous one's epilogue). The
+//               U' units past them are split: CTA c then takes the contiguous units
+//               [W K + c U' / G, W K + (c + 1) U' / G) (stream-K: no wave is left part-empty, and a
+//               tile may be split between neighbouring CTAs). Then the CTA holding the tile's first K
 //               tiles (its last piece of work) owns the tile: the others, for which the tile is
-//               their first piece, leave float partials and raise a flag; the owner adds them in CTA
-//               order (a fixed order: results are bitwise reproducible) and runs the epilogue.
-//               Owners wait only for pieces that were their contributors' first work, so no wait
-//               chains form.
+//               their first split piece, leave float partials and raise a flag; the owner adds them
+//               in CTA order (a fixed order: results are bitwise reproducible) and runs the epilogue.
+//               Owners wait only for pieces that were their contributors' first split work, so no
+//               wait chains form.
 //   Batched,    whole tiles, persistent: CTA c takes units c, c + G, c + 2G, ... of the groups'
 //   Masked,     tiles laid end to end (group by group; inside a group row tile by row tile, the
 //   Contiguous  column tiles of one row tile adjacent, so a wave shares A's row tiles and each
@@ -34,6 +36,7 @@ struct ScheduleParams {
   int64_t n_tiles;   // column tiles of one group's output
   int64_t m_tiles;   // Dense: row tiles
   int64_t units;     // Dense: output tiles x k_tiles, the work the CTAs share
+  int64_t whole_tiles;  // Dense: tiles 0 .. whole_tiles - 1 go whole; the units past them are split
   GroupRows groups;  // grouped: each group's rows
 };
 
@@ -82,23 +85,34 @@ struct Scheduler {
 template <int kBlockM, int kBlockN>
 struct Scheduler<Grouping::Dense, kBlockM, kBlockN> {
   const ScheduleParams& p;
-  int64_t unit, end;
+  int64_t unit, end;  // the next unit; the end of the CTA's split units
 
   __device__ Scheduler(const ScheduleParams& params, const int32_t* /* block spans: grouped only */)
-      : p(params), unit(first_unit(blockIdx.x)), end(first_unit(blockIdx.x + 1)) {}
+      : p(params),
+        unit(blockIdx.x < params.whole_tiles ? blockIdx.x * params.k_tiles : first_unit(blockIdx.x)),
+        end(first_unit(blockIdx.x + 1)) {}
 
-  __device__ __forceinline__ int64_t first_unit(int64_t cta) const { return cta * p.units / int64_t(gridDim.x); }
+  __device__ __forceinline__ int64_t split_base() const { return p.whole_tiles * p.k_tiles; }
+  __device__ __forceinline__ int64_t first_unit(int64_t cta) const {
+    return split_base() + cta * (p.units - split_base()) / int64_t(gridDim.x);
+  }
 
   __device__ __forceinline__ bool next(WorkTile& t) {
     if (unit >= end) return false;
     t.tile = unit / p.k_tiles;
     t.k_begin = unit % p.k_tiles;
-    t.k_end = end - unit < p.k_tiles - t.k_begin ? t.k_begin + (end - unit) : p.k_tiles;
     t.group = 0;
     t.m0 = (t.tile % p.m_tiles) * kBlockM;
     t.m_end = p.groups.m;
     t.n0 = (t.tile / p.m_tiles) * kBlockN;
-    unit += t.k_end - t.k_begin;
+    if (t.tile < p.whole_tiles) {  // whole; the CTA's next whole tile, or its first split unit
+      t.k_end = p.k_tiles;
+      unit += int64_t(gridDim.x) * p.k_tiles;
+      if (unit >= split_base()) unit = first_unit(blockIdx.x);
+    } else {
+      t.k_end = end - unit < p.k_tiles - t.k_begin ? t.k_begin + (end - unit) : p.k_tiles;
+      unit += t.k_end - t.k_begin;
+    }
     return true;
   }
 
@@ -109,8 +123,8 @@ struct Scheduler<Grouping::Dense, kBlockM, kBlockN> {
   // CTA holding its last K tiles.
   __device__ __forceinline__ int64_t slot() const { return blockIdx.x; }
   __device__ __forceinline__ int64_t owner_slot(int64_t owner) const { return gridDim.x + owner; }
-  __device__ __forceinline__ int64_t cta_of(int64_t unit) const {  // first_unit's inverse
-    return ((unit + 1) * int64_t(gridDim.x) - 1) / p.units;
+  __device__ __forceinline__ int64_t cta_of(int64_t unit) const {  // first_unit's inverse over the split units
+    return ((unit - split_base() + 1) * int64_t(gridDim.x) - 1) / (p.units - split_base());
   }
   __device__ __forceinline__ int64_t owner(const WorkTile& t) const { return cta_of(t.tile * p.k_tiles); }
   __device__ __forceinline__ int64_t last_contributor(const WorkTile& t) const {
