@@ -480,13 +480,10 @@ WHOLE_THEN_SPLIT = [
 @pytest.mark.parametrize("case", WHOLE_THEN_SPLIT, ids=lambda c: "x".join(map(str, c[:3])) + f"-sms{c[4]}")
 def test_whole_tiles_before_split_ones_are_within_the_bound_and_reproducible(fp4, ref, fmt, case):
     m, n, k, variant, sms = case
-    mode = HALOPS_MODES["nvfp4" if fmt == "bf16" else fmt]
-    (a, b, sfa, sfb), a_dq, b_dq = halops_operands(fp4, ref, mode, m, n, k)
-    a_format = fmt
+    a_format, b_format = fmt, "nvfp4" if fmt == "bf16" else fmt
+    (a, b, sfa, sfb), a_dq, b_dq = halops_operands(fp4, ref, HALOPS_MODES[b_format], m, n, k)
     if fmt == "bf16":  # bf16 activations, NVFP4 weights (the W4A16 row above 256 rows)
-        a, sfa, a_dq, b_format = a_dq.to(torch.bfloat16), None, a_dq.to(torch.bfloat16).double(), "nvfp4"
-    else:
-        b_format = fmt
+        a, sfa, a_dq = a_dq.to(torch.bfloat16), None, a_dq.to(torch.bfloat16).double()
     runs = []
     for _ in range(4):
         out = poisoned_like(torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
