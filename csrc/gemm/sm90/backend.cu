@@ -184,7 +184,7 @@ WorkSplit work_split(const GemmProblem& p, const TileShape& tile) {
   const bool part_filled = tiles * 100 < ceil_div(tiles, sms) * sms * kWholeTileFillPercent;
   const bool uneven = part_filled && tiles < 8 * sms && k_tiles >= kStreamKMinKTiles;
   if (p.schedule != Schedule::StreamK && !uneven) return {tiles, false, tiles};
-  return {units < sms ? units : sms, true, units < sms ? 0 : whole_tiles_before_split(tiles, sms)};
+  return {units < sms ? units : sms, true, whole_tiles_before_split(tiles, sms)};
 }
 
 // B is dequantized once into a bf16 scratch matrix (BSource::Bf16) when at least this many 128-row
